@@ -17,9 +17,7 @@ from typing import Literal, TypeAlias, cast, get_args
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
-JSONValue: TypeAlias = (
-    "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
-)
+JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
 JSONObject: TypeAlias = dict[str, JSONValue]
 
 #: Kinds the host writes itself; anything else in ``meta.kind`` is kept as is.
@@ -252,9 +250,7 @@ def find_orphans(messages: Sequence[Message]) -> Orphans:
 # Wire format (what an OpenAI-compatible endpoint accepts)
 
 
-def to_wire(
-    messages: Iterable[Message], *, reasoning_field: str | None = None
-) -> list[JSONObject]:
+def to_wire(messages: Iterable[Message], *, reasoning_field: str | None = None) -> list[JSONObject]:
     """Convert to chat-completions request messages.
 
     The compact block and every other host-written control message go out as
@@ -308,7 +304,7 @@ def _part_to_dict(part: ContentPart) -> JSONObject:
 def from_wire(data: Mapping[str, object], *, id: str | None = None) -> Message:
     """Build a message from a chat-completions dict (as sent or as recorded)."""
     role = data.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise MessageFormatError(f"message role must be one of {sorted(ROLES)}, got {role!r}")
     calls_raw = data.get("tool_calls") or []
     if not isinstance(calls_raw, list):
@@ -372,7 +368,7 @@ def message_from_dict(data: object) -> Message:
     if not isinstance(data, dict):
         raise MessageFormatError("message must be a JSON object")
     role = data.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise MessageFormatError(f"message role must be one of {sorted(ROLES)}, got {role!r}")
     message_id = data.get("id")
     if not isinstance(message_id, str) or not message_id:
@@ -385,7 +381,7 @@ def message_from_dict(data: object) -> Message:
         calls = tuple(_stored_tool_call(message_id, c) for c in calls_raw)
     meta_raw = data.get("meta")
     return Message(
-        role=role,
+        role=cast(Role, role),
         content=_content_from_data(data.get("content")),
         id=message_id,
         tool_calls=calls,
@@ -496,12 +492,19 @@ def usage_from_dict(raw: object) -> Usage:
     values: dict[str, int | None] = {}
     for name in _USAGE_FIELDS:
         value = raw.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 0
+        ):
             raise MessageFormatError(f"usage.{name} must be a non-negative integer")
         values[name] = value
-    return Usage(**values)  # type: ignore[arg-type]
+    return Usage(
+        prompt_tokens=values["prompt_tokens"] or 0,
+        completion_tokens=values["completion_tokens"] or 0,
+        total_tokens=values["total_tokens"] or 0,
+        cached_tokens=values["cached_tokens"],
+        cache_read_input_tokens=values["cache_read_input_tokens"],
+        cache_creation_input_tokens=values["cache_creation_input_tokens"],
+    )
 
 
 def _opt_str(data: Mapping[str, object], key: str) -> str | None:

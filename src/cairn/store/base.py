@@ -1,0 +1,92 @@
+"""The transcript store interface and its errors.
+
+The pipeline talks to a ``TranscriptStore``; the append-only JSONL file is the
+embedded default, and a server-backed store can stand in without the
+pipeline noticing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from cairn.messages import Message
+from cairn.store.records import CompactionRecord, Record, SessionRecord
+from cairn.store.views import ApiView, api_view, ui_view
+
+
+class StoreError(RuntimeError):
+    """Base class of every transcript store failure."""
+
+
+class TranscriptLockedError(StoreError):
+    """Another writer holds the session file."""
+
+
+class TranscriptWriteError(StoreError):
+    """A record could not be made durable; nothing of it stays in the file."""
+
+
+class NotATranscriptError(StoreError):
+    """The path is missing, is a directory, or holds no Cairn records."""
+
+
+@dataclass(slots=True)
+class Transcript:
+    """Everything a session file holds, as loaded."""
+
+    path: Path
+    records: list[Record]
+    warnings: list[str] = field(default_factory=list)
+    bad_lines: int = 0
+
+    @property
+    def header(self) -> SessionRecord | None:
+        first = self.records[0] if self.records else None
+        return first if isinstance(first, SessionRecord) else None
+
+    @property
+    def session_id(self) -> str | None:
+        header = self.header
+        return header.session_id if header else None
+
+    def api(self) -> ApiView:
+        return api_view(self.records)
+
+    def ui(self, view: ApiView | None = None) -> list[Message]:
+        ignored = view.ignored_checkpoints if view is not None else None
+        return ui_view(self.records, ignored)
+
+
+class TranscriptStore(Protocol):
+    """Durable, append-only storage of one session's records."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def api_view(self) -> ApiView:
+        """The model's context as of the last appended record."""
+        ...
+
+    def append(self, record: Record) -> None:
+        """Write one record; it reaches the OS before this returns."""
+        ...
+
+    def save_compaction(self, record: CompactionRecord) -> None:
+        """Check the checkpoint limits, write it and fsync it before returning.
+
+        Raises ``CheckpointError`` (nothing written) or ``TranscriptWriteError``
+        (nothing stays written). Only after a normal return may the caller
+        replace its in-memory context.
+        """
+        ...
+
+    def sync(self) -> None:
+        """Make every record so far durable (called at least at each turn end)."""
+        ...
+
+    def transcript(self) -> Transcript: ...
+
+    def close(self) -> None: ...
