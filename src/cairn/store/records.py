@@ -7,6 +7,7 @@ are enforced both when a compaction is saved and when it is loaded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -259,8 +260,37 @@ def record_to_dict(record: Record) -> JSONObject:
 
 
 def encode_record(record: Record) -> bytes:
-    """One transcript line, newline included."""
-    return orjson.dumps(record_to_dict(record), option=orjson.OPT_APPEND_NEWLINE)
+    """One transcript line, newline included.
+
+    Lone surrogates (undecodable bytes smuggled into a ``str``, e.g. from a
+    tool's raw output) cannot be UTF-8; they become U+FFFD rather than
+    failing the write and losing the whole record.
+    """
+    data = record_to_dict(record)
+    try:
+        return orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(_scrub(data), option=orjson.OPT_APPEND_NEWLINE)
+
+
+# A Python ``str`` holds astral characters as single code points, so any
+# surrogate code point in one is a lone half.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrub(value: JSONValue) -> JSONValue:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub_key(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
+def _scrub_key(key: str) -> str:
+    scrubbed = _scrub(key)
+    return scrubbed if isinstance(scrubbed, str) else key
 
 
 def record_from_dict(data: object) -> Record:
