@@ -26,6 +26,7 @@ from cairn.store.base import (
     NotATranscriptError,
     Transcript,
     TranscriptLockedError,
+    TranscriptStore,
     TranscriptWriteError,
 )
 from cairn.store.records import (
@@ -290,3 +291,8 @@ def _move_aside(path: Path, torn: bytes) -> Path:
         os.fsync(handle.fileno())
     _fsync_dir(path.parent)
     return aside
+
+
+def _conforms(store: JsonlTranscriptStore) -> TranscriptStore:
+    """Static proof (checked by mypy) that the JSONL store implements the interface."""
+    return store
