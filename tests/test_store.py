@@ -539,3 +539,21 @@ def test_lone_surrogates_are_stored_as_replacement_characters(
     """Undecodable tool output must not make a record unwritable."""
     append_all(store, [user("bytes: \udcff\udc80 end")])
     assert read_transcript(store.path).api().messages[0].text == "bytes: \ufffd\ufffd end"
+
+
+@pytest.mark.parametrize("field", ["trigger", "strategy", "type"])
+def test_a_field_of_the_wrong_json_type_is_a_bad_line_not_a_crash(field: str) -> None:
+    from cairn.store import RecordFormatError
+
+    data = record_to_dict(compaction([]))
+    data[field] = ["auto"]
+    with pytest.raises(RecordFormatError, match=f"'?{field}'? must be"):
+        record_from_dict(data)
+
+
+def test_an_empty_file_loads_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    loaded = read_transcript(path)
+    assert loaded.records == []
+    assert loaded.warnings == ["the file is empty: no session header"]

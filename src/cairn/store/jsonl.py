@@ -71,7 +71,9 @@ def parse_transcript(path: Path, data: bytes) -> tuple[Transcript, bytes]:
                 f"line {len(lines) + 1}: torn last line ({len(tail)} bytes, "
                 "a write cut short by a crash) skipped"
             )
-    if records and not isinstance(records[0], SessionRecord):
+    if not records and not data.strip():
+        warnings.append("the file is empty: no session header")
+    elif records and not isinstance(records[0], SessionRecord):
         warnings.append("the file does not start with a session header")
     return Transcript(path, records, warnings, bad), torn
 

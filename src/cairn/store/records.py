@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, TypeAlias, cast
+from typing import ClassVar, Literal, TypeAlias, cast
 
 import orjson
 
@@ -54,6 +54,8 @@ def now_ts() -> str:
 class SessionRecord:
     """The header: first record of every session file."""
 
+    TYPE: ClassVar[str] = "session"
+
     session_id: str
     workspace: str
     id: str = field(default_factory=lambda: new_id("rec"))
@@ -64,6 +66,8 @@ class SessionRecord:
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
     """One conversation message; the record id is the message id (messages are unique)."""
+
+    TYPE: ClassVar[str] = "message"
 
     message: Message
     ts: str = field(default_factory=now_ts)
@@ -76,6 +80,8 @@ class MessageRecord:
 @dataclass(frozen=True, slots=True)
 class HandoffRecord:
     """The hidden token-budget handoff reminder of one compaction epoch."""
+
+    TYPE: ClassVar[str] = "handoff"
 
     message: Message
     epoch: int
@@ -98,6 +104,8 @@ class ContentEdit:
 
 @dataclass(frozen=True, slots=True)
 class ContextEditRecord:
+    TYPE: ClassVar[str] = "context_edit"
+
     edits: tuple[ContentEdit, ...]
     id: str = field(default_factory=lambda: new_id("rec"))
     ts: str = field(default_factory=now_ts)
@@ -106,6 +114,8 @@ class ContextEditRecord:
 @dataclass(frozen=True, slots=True)
 class CompactionRecord:
     """A durable checkpoint: ``replacement_messages`` is the exact API context after it."""
+
+    TYPE: ClassVar[str] = "compaction"
 
     trigger: Trigger
     strategy: Strategy
@@ -123,6 +133,8 @@ class CompactionRecord:
 class StateRecord:
     """A snapshot of one piece of session state (plan mode, skills, tasks …)."""
 
+    TYPE: ClassVar[str] = "state"
+
     key: str
     value: JSONValue
     id: str = field(default_factory=lambda: new_id("rec"))
@@ -132,6 +144,8 @@ class StateRecord:
 @dataclass(frozen=True, slots=True)
 class ErrorRecord:
     """An error block shown in the UI (e.g. a failed manual ``/compact``)."""
+
+    TYPE: ClassVar[str] = "error"
 
     text: str
     source: str = "error"
@@ -187,76 +201,40 @@ def check_checkpoint(record: CompactionRecord) -> int:
 
 def record_to_dict(record: Record) -> JSONObject:
     """The JSON object written as one line of the transcript."""
-    head: JSONObject = {"v": RECORD_VERSION}
+    out: JSONObject = {"v": RECORD_VERSION, "type": record.TYPE, "id": record.id, "ts": record.ts}
     match record:
         case SessionRecord():
-            body: JSONObject = {
-                "type": "session",
-                "id": record.id,
-                "ts": record.ts,
-                "session_id": record.session_id,
-                "workspace": record.workspace,
-            }
+            out["session_id"] = record.session_id
+            out["workspace"] = record.workspace
             if record.model is not None:
-                body["model"] = record.model
+                out["model"] = record.model
         case MessageRecord():
-            body = {
-                "type": "message",
-                "id": record.id,
-                "ts": record.ts,
-                "message": message_to_dict(record.message),
-            }
+            out["message"] = message_to_dict(record.message)
         case HandoffRecord():
-            body = {
-                "type": "handoff",
-                "id": record.id,
-                "ts": record.ts,
-                "version": record.version,
-                "epoch": record.epoch,
-                "message": message_to_dict(record.message),
-            }
+            out["version"] = record.version
+            out["epoch"] = record.epoch
+            out["message"] = message_to_dict(record.message)
         case ContextEditRecord():
-            body = {
-                "type": "context_edit",
-                "id": record.id,
-                "ts": record.ts,
-                "edits": [
-                    {"message_id": e.message_id, "content": e.content, "reason": e.reason}
-                    for e in record.edits
-                ],
-            }
+            out["edits"] = [
+                {"message_id": e.message_id, "content": e.content, "reason": e.reason}
+                for e in record.edits
+            ]
         case CompactionRecord():
-            body = {
-                "type": "compaction",
-                "id": record.id,
-                "ts": record.ts,
-                "version": record.version,
-                "trigger": record.trigger,
-                "strategy": record.strategy,
-                "pre_tokens": record.pre_tokens,
-                "post_tokens": record.post_tokens,
-                "summary": record.summary,
-                "files": list(record.files),
-                "replacement_messages": [message_to_dict(m) for m in record.replacement_messages],
-            }
+            out["version"] = record.version
+            out["trigger"] = record.trigger
+            out["strategy"] = record.strategy
+            out["pre_tokens"] = record.pre_tokens
+            out["post_tokens"] = record.post_tokens
+            out["summary"] = record.summary
+            out["files"] = list(record.files)
+            out["replacement_messages"] = [message_to_dict(m) for m in record.replacement_messages]
         case StateRecord():
-            body = {
-                "type": "state",
-                "id": record.id,
-                "ts": record.ts,
-                "key": record.key,
-                "value": record.value,
-            }
+            out["key"] = record.key
+            out["value"] = record.value
         case ErrorRecord():
-            body = {
-                "type": "error",
-                "id": record.id,
-                "ts": record.ts,
-                "text": record.text,
-                "source": record.source,
-            }
-    head.update(body)
-    return head
+            out["text"] = record.text
+            out["source"] = record.source
+    return out
 
 
 def encode_record(record: Record) -> bytes:
@@ -301,6 +279,8 @@ def record_from_dict(data: object) -> Record:
     if version != RECORD_VERSION:
         raise RecordFormatError(f"unsupported record version {version!r}")
     kind = data.get("type")
+    if not isinstance(kind, str):
+        raise RecordFormatError("record field 'type' must be a string")
     ts = _str(data, "ts")
     try:
         match kind:
@@ -348,9 +328,9 @@ def record_from_dict(data: object) -> Record:
 
 def _compaction_from_dict(data: Mapping[str, object], ts: str) -> CompactionRecord:
     trigger, strategy = data.get("trigger"), data.get("strategy")
-    if trigger not in TRIGGERS:
+    if not isinstance(trigger, str) or trigger not in TRIGGERS:
         raise RecordFormatError(f"compaction trigger must be one of {sorted(TRIGGERS)}")
-    if strategy not in STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise RecordFormatError(f"compaction strategy must be one of {sorted(STRATEGIES)}")
     raw_messages = data.get("replacement_messages")
     if not isinstance(raw_messages, list):

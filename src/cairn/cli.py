@@ -1,0 +1,111 @@
+"""The ``cairn`` command: parse the arguments and hand off to a surface.
+
+Every subcommand is one ``_add_<name>`` function below that declares its
+arguments and sets ``handler``; adding a command means writing one such
+function and listing it in ``COMMANDS``. Handlers import their surface
+lazily, so ``cairn --version`` and ``--help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeAlias
+
+from cairn import __version__
+
+PROG = "cairn"
+
+Handler: TypeAlias = Callable[[argparse.Namespace], int]
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_inspect(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "inspect",
+        help="summarize a session transcript (never modifies it)",
+        description=(
+            "Load a session transcript (.jsonl) read-only and show what it holds: "
+            "record counts, the UI and API views, compactions, checkpoints and "
+            "loading warnings."
+        ),
+    )
+    parser.add_argument("path", metavar="PATH", type=Path, help="a session .jsonl file")
+    parser.add_argument(
+        "--json",
+        dest="as_json",
+        action="store_true",
+        help="print one JSON object (with --view: that view's messages as a JSON array)",
+    )
+    parser.add_argument(
+        "--view",
+        choices=("ui", "api"),
+        help="print one view's messages instead of the summary",
+    )
+    parser.set_defaults(handler=_run_inspect)
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from cairn.surfaces.inspect import run_inspect
+
+    return run_inspect(args.path, as_json=args.as_json, view=args.view)
+
+
+#: Every subcommand, in the order ``cairn --help`` lists them.
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Cairn: keep a long-running LLM agent session inside its context window.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``cairn`` with ``argv`` (default: the process arguments); return the exit code."""
+    _tolerate_unencodable_output()
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else 2
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``cairn inspect … | head``): stop quietly.
+        _silence_stdout()
+        return 1
+
+
+def _tolerate_unencodable_output() -> None:
+    """Print transcripts on any terminal: characters the encoding lacks become ``?``."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(Exception):
+                reconfigure(errors="replace")
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; point it at /dev/null so that flush
+    # cannot raise a second BrokenPipeError.
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
