@@ -93,8 +93,13 @@ class MessageMeta:
     hidden: bool = False
     #: Written by the host, not typed by the user nor produced by the model.
     synthetic: bool = False
+    #: On a tool result: the tool failed. Errors are evidence, kept longest by snip.
+    tool_error: bool = False
     usage: Usage | None = None
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
+
+
+_DEFAULT_META = MessageMeta()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +162,11 @@ def assistant(
     )
 
 
-def tool_result(call_id: str, text: str, *, name: str | None = None) -> Message:
-    return Message(role="tool", content=text, tool_call_id=call_id, name=name)
+def tool_result(
+    call_id: str, text: str, *, name: str | None = None, error: bool = False
+) -> Message:
+    meta = MessageMeta(tool_error=True) if error else _DEFAULT_META
+    return Message(role="tool", content=text, tool_call_id=call_id, name=name, meta=meta)
 
 
 def _meta(values: Mapping[str, JSONValue]) -> MessageMeta:
@@ -392,9 +400,6 @@ def message_from_dict(data: object) -> Message:
     )
 
 
-_DEFAULT_META = MessageMeta()
-
-
 def _stored_tool_call(message_id: str, raw: object) -> ToolCall:
     if not isinstance(raw, dict):
         raise MessageFormatError(f"message {message_id}: each tool call must be an object")
@@ -441,6 +446,8 @@ def meta_to_dict(meta: MessageMeta) -> JSONObject:
         out["hidden"] = True
     if meta.synthetic:
         out["synthetic"] = True
+    if meta.tool_error:
+        out["tool_error"] = True
     if meta.usage is not None:
         out["usage"] = usage_to_dict(meta.usage)
     if meta.extra:
@@ -462,6 +469,7 @@ def meta_from_dict(raw: object) -> MessageMeta:
         kind=kind,
         hidden=raw.get("hidden") is True,
         synthetic=raw.get("synthetic") is True,
+        tool_error=raw.get("tool_error") is True,
         usage=usage_from_dict(usage) if usage is not None else None,
         extra=extra,
     )

@@ -1,0 +1,1 @@
+"""The context pipeline: keep every request inside the window, durably."""

@@ -1,0 +1,42 @@
+"""The token budget: output reserve, input budget and the three phases (DESIGN §5.2)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, TypeAlias
+
+Phase: TypeAlias = Literal["below_handoff", "handoff_band", "compaction_due", "unknown"]
+
+MIN_RESERVE = 8_192
+MAX_RESERVE = 32_768
+
+
+def output_reserve(window: int, max_output_tokens: int | None = None) -> int:
+    """Tokens kept free for the response: the configured cap, else 10 % clamped to 8k–32k.
+
+    Never more than half the window, so a small model still has room to read.
+    """
+    if max_output_tokens is not None:
+        reserve = max_output_tokens
+    else:
+        reserve = min(max(window // 10, MIN_RESERVE), MAX_RESERVE)
+    return min(reserve, window // 2)
+
+
+def input_budget(window: int, max_output_tokens: int | None = None) -> int:
+    """What a request may hold: the window minus the output reserve."""
+    return window - output_reserve(window, max_output_tokens)
+
+
+def phase_for(tokens: int, budget: int, handoff_ratio: float, compact_ratio: float) -> Phase:
+    """``below_handoff`` under the handoff line, ``compaction_due`` at or over the compact line."""
+    if tokens >= compact_ratio * budget:
+        return "compaction_due"
+    if tokens >= handoff_ratio * budget:
+        return "handoff_band"
+    return "below_handoff"
+
+
+def handoff_line(budget: int, handoff_ratio: float) -> int:
+    """The largest token count still below the handoff band."""
+    return max(math.ceil(handoff_ratio * budget) - 1, 0)

@@ -1,0 +1,43 @@
+"""The pipeline's settings: the model's window and the compaction policy.
+
+Validated with pydantic so that a bad value is an error naming the key and
+the allowed range, whether it comes from code or from ``settings.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+OnFailure = Literal["fallback", "skip"]
+
+
+class CompactionConfig(BaseModel):
+    """Everything ``check_and_compact`` needs to decide; defaults follow DESIGN §5 and §11."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The model's context window in tokens; ``None`` when unknown (then only
+    #: micro compact and snip run — no handoff, no compaction).
+    context_window: int | None = Field(default=None, ge=1_024)
+    #: The response cap sent to the provider, if any; it becomes the output reserve.
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    handoff_ratio: float = Field(default=0.70, gt=0.0, le=1.0)
+    compact_ratio: float = Field(default=0.80, gt=0.0, le=1.0)
+    #: Complete API rounds an LLM compaction keeps verbatim after the summary.
+    keep_rounds: int = Field(default=2, ge=0, le=64)
+    on_failure: OnFailure = "fallback"
+    micro_compact_idle_s: float = Field(default=60.0, ge=0.0)
+    breaker_threshold: int = Field(default=3, ge=1, le=100)
+    #: ``estimate`` or an exact tokenizer name (see ``cairn.tokens.TOKENIZER_NAMES``).
+    tokenizer: str = "estimate"
+
+    @model_validator(mode="after")
+    def _ratios_in_order(self) -> CompactionConfig:
+        if self.handoff_ratio > self.compact_ratio:
+            raise ValueError(
+                f"handoff_ratio ({self.handoff_ratio}) must not exceed "
+                f"compact_ratio ({self.compact_ratio})"
+            )
+        return self
