@@ -29,6 +29,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimator.py
 	$(BIN)/python benchmarks/bench_transcript.py
+	$(BIN)/python benchmarks/bench_pipeline.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -192,3 +192,19 @@ def get_tokenizer(name: str) -> Tokenizer:
         ) from exc
     _cache[name] = tokenizer
     return tokenizer
+
+
+def message_counter(tokenizer: str = "estimate") -> Callable[[Message], int]:
+    """A per-message counter: the estimate, or the same accounting with an exact tokenizer."""
+    if tokenizer == "estimate":
+        return estimate_message_tokens
+    exact = get_tokenizer(tokenizer)
+
+    def count(message: Message) -> int:
+        total = MESSAGE_OVERHEAD_TOKENS + exact.count(message.text)
+        total += IMAGE_TOKENS * len(message.images)
+        for call in message.tool_calls:
+            total += exact.count(call.name) + exact.count(call.arguments)
+        return total
+
+    return count

@@ -1,0 +1,71 @@
+"""The summarizer strategy: how a compaction turns a context into its replacement.
+
+``check_and_compact`` only knows this protocol. The deterministic fallback
+is one implementation (and the safety net behind every other); the LLM fork
+summarizer is another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cairn.context.effects import ToolEffects
+from cairn.context.fallback import plan_fallback
+from cairn.context.tracker import FixedContext
+from cairn.messages import Message
+from cairn.store.records import Strategy, Trigger
+from cairn.tokens import estimate_message_tokens
+
+
+class SummarizerError(RuntimeError):
+    """The summarizer produced no usable replacement; counts toward the breaker."""
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    """Everything a summarizer may use. ``messages`` excludes hidden handoff messages."""
+
+    messages: tuple[Message, ...]
+    fixed: FixedContext
+    window: int
+    input_budget: int
+    trigger: Trigger
+    tool_effects: ToolEffects = field(default_factory=dict)
+    instructions: str | None = None
+    count: Callable[[Message], int] = estimate_message_tokens
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A replacement context: the compact block first, then whatever it keeps."""
+
+    replacement: tuple[Message, ...]
+    summary: str
+    strategy: Strategy
+    files: tuple[str, ...] = ()
+
+
+class Summarizer(Protocol):
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        """Return the replacement, or raise ``SummarizerError``."""
+        ...
+
+
+class FallbackSummarizer:
+    """The model-free planner behind the ``Summarizer`` protocol."""
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        return fallback_summary(request.messages, request)
+
+
+def fallback_summary(messages: Sequence[Message], request: SummaryRequest) -> Summary:
+    plan = plan_fallback(
+        messages,
+        window=request.window,
+        input_budget=request.input_budget,
+        tool_effects=request.tool_effects,
+        count=request.count,
+    )
+    return Summary(plan.replacement, plan.summary, "fallback", plan.files)

@@ -1,0 +1,128 @@
+"""Projection of the next request's size from the provider's last usage (DESIGN §5.1).
+
+The provider already counted everything up to and including its last
+response, so the projection is that baseline plus an estimate of what was
+appended after it, plus any growth of the fixed context (system prompt and
+tool schemas). Counting only the appended messages keeps the cost of a
+projection independent of the history's length. Whenever the baseline cannot
+be trusted — no usage yet, the history rewritten, a different message where
+the baseline's response should be — the projection falls back to a full
+local estimate rather than guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal, TypeAlias
+
+import orjson
+
+from cairn.context.budget import Phase, input_budget, phase_for
+from cairn.context.config import CompactionConfig
+from cairn.messages import JSONObject, Message
+from cairn.tokens import estimate_message_tokens, estimate_tokens
+
+Source: TypeAlias = Literal["anchored", "estimate", "unknown"]
+Counter: TypeAlias = Callable[[Message], int]
+
+
+@dataclass(frozen=True)
+class FixedContext:
+    """What every request carries besides the conversation: system prompt and tool schemas.
+
+    Build a new one when either changes; its token estimate is computed once.
+    """
+
+    system: tuple[Message, ...] = ()
+    tools: tuple[JSONObject, ...] = ()
+
+    @cached_property
+    def tokens(self) -> int:
+        system = sum(estimate_message_tokens(m) for m in self.system)
+        tools = estimate_tokens(orjson.dumps(self.tools).decode(), "json") if self.tools else 0
+        return system + tools
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSnapshot:
+    """The one reading of the context size that handoff and compaction both act on."""
+
+    tokens: int | None
+    source: Source
+    input_budget: int | None
+    phase: Phase
+
+    @property
+    def ratio(self) -> float | None:
+        if self.tokens is None or not self.input_budget:
+            return None
+        return self.tokens / self.input_budget
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    tokens: int
+    anchor_id: str
+    anchor_index: int
+    #: ``None`` when the fixed context of that request was not reported.
+    fixed_tokens: int | None
+    revision: int
+
+
+@dataclass
+class ContextTokenTracker:
+    config: CompactionConfig
+    count: Counter = estimate_message_tokens
+    baseline: Baseline | None = field(default=None, init=False)
+
+    @property
+    def input_budget(self) -> int | None:
+        window = self.config.context_window
+        return input_budget(window, self.config.max_output_tokens) if window else None
+
+    def observe(self, messages: Sequence[Message], fixed_tokens: int | None, revision: int) -> None:
+        """Anchor on the last message: an assistant response that carries usage."""
+        if not messages:
+            return
+        anchor = messages[-1]
+        usage = anchor.meta.usage
+        if anchor.role != "assistant" or usage is None:
+            return
+        # Only total/prompt/completion: cache fields are already inside them.
+        self.baseline = Baseline(
+            tokens=usage.context_tokens,
+            anchor_id=anchor.id,
+            anchor_index=len(messages) - 1,
+            fixed_tokens=fixed_tokens,
+            revision=revision,
+        )
+
+    def invalidate(self) -> None:
+        """Forget the baseline (after a compaction, ``/clear`` or any rewrite)."""
+        self.baseline = None
+
+    def project(
+        self, messages: Sequence[Message], fixed_tokens: int, revision: int
+    ) -> TokenSnapshot:
+        if self.config.context_window is None:
+            return TokenSnapshot(None, "unknown", None, "unknown")
+        base = self.baseline
+        if (
+            base is not None
+            and base.revision == revision
+            and base.anchor_index < len(messages)
+            and messages[base.anchor_index].id == base.anchor_id
+        ):
+            appended = sum(self.count(m) for m in messages[base.anchor_index + 1 :])
+            growth = 0 if base.fixed_tokens is None else max(0, fixed_tokens - base.fixed_tokens)
+            return self.snapshot(base.tokens + appended + growth, "anchored")
+        return self.snapshot(fixed_tokens + sum(self.count(m) for m in messages), "estimate")
+
+    def snapshot(self, tokens: int, source: Source) -> TokenSnapshot:
+        budget = self.input_budget
+        if budget is None:
+            return TokenSnapshot(tokens, "unknown", None, "unknown")
+        phase = phase_for(tokens, budget, self.config.handoff_ratio, self.config.compact_ratio)
+        return TokenSnapshot(tokens, source, budget, phase)

@@ -1,0 +1,698 @@
+"""Tests for the deterministic compaction fallback (DESIGN §5.6)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cairn.context.budget import input_budget
+from cairn.context.effects import ToolEffects
+from cairn.context.fallback import (
+    BOUNDARY_MIN_TEXT_TOKENS,
+    FALLBACK_MAX_TOKENS,
+    FALLBACK_MIN_TOKENS,
+    IMAGE_PLACEHOLDER,
+    FallbackPlan,
+    fallback_target,
+    plan_fallback,
+)
+from cairn.context.ledger import (
+    ACTIVE_TASK_KEY,
+    LEDGER_HEADINGS,
+    active_task_of,
+    build_compact_block,
+    render_ledger,
+)
+from cairn.messages import (
+    KIND_COMPACT_SUMMARY,
+    KIND_HANDOFF,
+    KIND_RESTORATION,
+    ImagePart,
+    Message,
+    MessageMeta,
+    TextPart,
+    ToolCall,
+    assistant,
+    find_orphans,
+    group_rounds,
+    new_id,
+    tool_result,
+    user,
+)
+from cairn.tokens import estimate_message_tokens, estimate_tokens
+
+EFFECTS: ToolEffects = {
+    "read_file": "read_only",
+    "grep": "read_only",
+    "edit_file": "write",
+    "write_file": "write",
+    "bash": "write",
+    "todo_write": "write",
+}
+MARKER = re.compile(r"\n\[… ([\d,]+) characters omitted …\]\n")
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+
+
+def plan(
+    messages: Sequence[Message],
+    window: int = 32_768,
+    count: Callable[[Message], int] = estimate_message_tokens,
+) -> FallbackPlan:
+    return plan_fallback(
+        messages,
+        window=window,
+        input_budget=input_budget(window),
+        tool_effects=EFFECTS,
+        count=count,
+    )
+
+
+def tool_turn(
+    name: str,
+    arguments: str,
+    result: str,
+    *,
+    text: str | None = None,
+    error: bool = False,
+    reasoning: str | None = None,
+) -> list[Message]:
+    call = ToolCall(new_id("call"), name, arguments)
+    return [
+        assistant(text, [call], reasoning=reasoning),
+        tool_result(call.id, result, error=error),
+    ]
+
+
+def numbered(n_lines: int, tag: str = "") -> str:
+    """A text whose every part is distinct, so head and tail can be located."""
+    return "".join(f"{tag}line {i:06d}\n" for i in range(n_lines))
+
+
+def tail_of(p: FallbackPlan) -> tuple[Message, ...]:
+    return p.replacement[1:]
+
+
+def ids(messages: Sequence[Message]) -> list[str]:
+    return [m.id for m in messages]
+
+
+def section(summary: str, heading: str) -> str:
+    after = summary.split(f"## {heading}\n", 1)[1]
+    return after.split("\n\n## ", 1)[0]
+
+
+def long_session(rounds: int = 30, result_chars: int = 4_000) -> list[Message]:
+    history = [user("Refactor the storage layer; keep the on-disk format unchanged.")]
+    for i in range(rounds):
+        history += tool_turn(
+            "read_file", f'{{"path": "src/m{i}.py"}}', numbered(result_chars // 12, f"m{i} ")
+        )
+    return history
+
+
+# ---------------------------------------------------------------------------
+# The target
+
+
+@pytest.mark.parametrize(
+    ("source", "window", "expected"),
+    [
+        # 8k window: the input budget is 4,096, half of it binds.
+        (100_000, 8_192, 2_048),
+        (1_000, 8_192, 2_048),
+        # 32k window: input budget 24,576; half of it (12,288) is below half the window.
+        (100_000, 32_768, 12_288),
+        # 1M window: the 50k ceiling binds.
+        (10_000_000, 1_000_000, FALLBACK_MAX_TOKENS),
+        # A small source: the 5k floor binds.
+        (1_000, 200_000, FALLBACK_MIN_TOKENS),
+        (0, 200_000, FALLBACK_MIN_TOKENS),
+        # A middle-sized source: 80 % of it binds, floored.
+        (20_000, 200_000, 16_000),
+        (12_346, 200_000, 9_876),
+    ],
+)
+def test_target_formula(source: int, window: int, expected: int) -> None:
+    assert fallback_target(source, window, input_budget(window)) == expected
+
+
+def test_target_half_window_binds_when_the_input_budget_is_the_window() -> None:
+    assert fallback_target(100_000, 20_000, 20_000) == 10_000
+    assert fallback_target(100_000, 20_001, 30_000) == 10_000
+
+
+def test_target_is_an_int_and_never_above_half_the_input_budget() -> None:
+    for window in (8_192, 16_000, 32_768, 128_000, 200_000, 1_000_000):
+        for source in (0, 4_999, 6_251, 40_000, 10**7):
+            target = fallback_target(source, window, input_budget(window))
+            assert isinstance(target, int)
+            assert target <= input_budget(window) / 2
+            assert target <= FALLBACK_MAX_TOKENS
+
+
+# ---------------------------------------------------------------------------
+# The kept tail
+
+
+def test_whole_rounds_are_kept_from_the_newest_end() -> None:
+    history = long_session()
+    p = plan(history)
+    rounds = group_rounds(history)
+    tail = tail_of(p)
+    assert len(tail) >= 4
+    # The tail is a suffix of the history, round-aligned at its start.
+    assert ids(tail) == ids(history[-len(tail) :])
+    assert any(r.start == len(history) - len(tail) for r in rounds)
+    # All rounds but the oldest kept one are byte-identical to the input.
+    whole = tail[2:] if p.truncated_round else tail
+    assert list(whole) == history[len(history) - len(whole) :]
+    if not p.truncated_round:
+        # The next older round would not have fit.
+        older = history[len(history) - len(whole) - 2 : len(history) - len(whole)]
+        assert p.post_tokens + sum(estimate_message_tokens(m) for m in older) > p.target
+
+
+def test_rounds_that_fit_are_kept_whole_and_the_next_one_does_not_fit() -> None:
+    # Rounds of the same size, none cuttable meaningfully: the count is exact.
+    history = [user("goal")]
+    for i in range(40):
+        history += tool_turn("read_file", f'{{"path": "f{i}"}}', "r" * 2_000)
+    p = plan(history)
+    kept_rounds = len(tail_of(p)) // 2
+    round_cost = sum(estimate_message_tokens(m) for m in history[1:3])
+    block_cost = estimate_message_tokens(p.replacement[0])
+    if not p.truncated_round:
+        assert block_cost + kept_rounds * round_cost <= p.target
+        assert block_cost + (kept_rounds + 1) * round_cost > p.target
+
+
+def test_boundary_round_is_cut_head_75_tail_25_keeping_all_its_messages() -> None:
+    goal = user("Find why the importer is slow.")
+    calls = [
+        ToolCall(new_id("call"), "bash", '{"command": "python -m cProfile importer.py"}'),
+        ToolCall(new_id("call"), "read_file", '{"path": "importer.py"}'),
+    ]
+    big = [numbered(20_000, "a "), numbered(20_000, "b ")]
+    head = assistant("Profiling and reading.", calls, reasoning="long thoughts " * 100)
+    results = [tool_result(c.id, text) for c, text in zip(calls, big, strict=True)]
+    last = assistant("The importer parses every file twice.")
+    history = [goal, head, *results, last]
+
+    p = plan(history)
+
+    assert p.truncated_round
+    tail = tail_of(p)
+    # Every message of the boundary round is there, in order, the calls unchanged.
+    assert ids(tail) == ids([head, *results, last])
+    assert tail[0].tool_calls == head.tool_calls
+    assert tail[0].reasoning is None
+    assert not find_orphans(p.replacement)
+    for original, cut in zip(results, tail[1:3], strict=True):
+        match = MARKER.search(cut.text)
+        assert match is not None
+        kept_head, kept_tail = cut.text[: match.start()], cut.text[match.end() :]
+        omitted = int(match.group(1).replace(",", ""))
+        assert original.text.startswith(kept_head)
+        assert original.text.endswith(kept_tail)
+        assert len(kept_head) + omitted + len(kept_tail) == len(original.text)
+        kept = len(kept_head) + len(kept_tail)
+        assert kept_head and kept_tail
+        assert len(kept_head) == kept * 3 // 4
+    assert p.post_tokens <= p.target
+
+
+def test_boundary_round_is_dropped_when_only_its_overhead_would_fit() -> None:
+    history = [user("goal")]
+    # A round whose un-truncatable part (huge arguments) can never fit.
+    history += tool_turn("write_file", '{"path": "a", "data": "' + "z" * 200_000 + '"}', "ok")
+    history.append(assistant("done"))
+    p = plan(history)
+    assert not p.truncated_round
+    assert ids(tail_of(p)) == [history[-1].id]
+
+
+def _boundary_case(filler_chars: int) -> list[Message]:
+    call = ToolCall("c1", "bash", '{"command": "x"}')
+    return [
+        user("goal"),
+        assistant("run", [call]),
+        tool_result("c1", "y" * 100_000),
+        assistant("z" * filler_chars),
+    ]
+
+
+@pytest.mark.parametrize("spare", [BOUNDARY_MIN_TEXT_TOKENS - 1, BOUNDARY_MIN_TEXT_TOKENS])
+def test_boundary_round_is_cut_only_if_enough_of_its_text_fits(spare: int) -> None:
+    # The ledger sees only a bounded prefix of the filler, so the block's size
+    # does not depend on the filler's length; the target is half the input budget.
+    probe = plan(_boundary_case(4_000))
+    block_tokens = estimate_message_tokens(probe.replacement[0])
+    floors = estimate_message_tokens(assistant("", [ToolCall("c1", "bash", '{"command": "x"}')]))
+    floors += estimate_message_tokens(tool_result("c1", ""))
+    filler_tokens = probe.target - block_tokens - floors - spare
+    filler = filler_tokens - estimate_message_tokens(assistant(""))
+    history = _boundary_case(filler * 4)
+    p = plan(history)
+    assert p.target == probe.target and not p.raised
+    assert estimate_message_tokens(p.replacement[0]) == block_tokens
+    if spare < BOUNDARY_MIN_TEXT_TOKENS:
+        assert not p.truncated_round
+        assert ids(tail_of(p)) == [history[-1].id]
+    else:
+        assert p.truncated_round
+        assert ids(tail_of(p)) == ids(history[1:])
+        assert p.post_tokens <= p.target
+
+
+def test_no_round_is_ever_split() -> None:
+    history = [user("go")]
+    for i in range(25):
+        calls = [
+            ToolCall(new_id("call"), "bash", f'{{"command": "step {i}.{k}"}}') for k in range(3)
+        ]
+        history.append(assistant(None, calls))
+        history += [
+            tool_result(c.id, numbered(100 * (k + 1) * (i % 5 + 1))) for k, c in enumerate(calls)
+        ]
+    for window in (8_192, 16_384, 32_768, 65_536, 200_000):
+        p = plan(history, window)
+        assert not find_orphans(p.replacement), window
+
+
+def test_reasoning_is_dropped_from_kept_messages() -> None:
+    history = [user("go"), *tool_turn("bash", '{"command": "ls"}', "a b", reasoning="secret")]
+    history.append(assistant("listed", reasoning="more secret"))
+    p = plan(history)
+    assert len(tail_of(p)) == 3
+    assert all(m.reasoning is None for m in p.replacement)
+    # Nothing else changed.
+    assert [m.text for m in tail_of(p)] == [m.text for m in history[1:]]
+
+
+def test_images_are_replaced_by_a_text_placeholder() -> None:
+    image = ImagePart("data:image/png;base64," + "A" * 10_000)
+    shot = user([TextPart("the screenshot: "), image, TextPart(" see?")])
+    history = [shot, assistant("I see a red button."), user("make it blue")]
+    p = plan(history)
+    kept = {m.id: m for m in tail_of(p)}
+    assert shot.id in kept
+    assert kept[shot.id].content == (
+        TextPart("the screenshot: "),
+        TextPart(IMAGE_PLACEHOLDER),
+        TextPart(" see?"),
+    )
+    assert not any(m.images for m in p.replacement)
+
+
+def test_mandatory_checkpoint_raises_the_target() -> None:
+    huge = "Constraint: keep every public name. " * 20_000  # ~180k tokens of user text
+    history = [user(huge), *tool_turn("bash", '{"command": "make"}', "ok"), assistant("built")]
+    p = plan(history, 32_768)
+    assert p.raised
+    assert p.target > fallback_target(p.source_tokens, 32_768, input_budget(32_768))
+    assert p.target == estimate_message_tokens(p.replacement[0])
+    assert huge in p.replacement[0].text
+    assert p.post_tokens <= p.target
+
+
+def test_target_not_raised_when_the_block_fits() -> None:
+    p = plan(long_session(), 200_000)
+    assert not p.raised
+    assert p.target == fallback_target(p.source_tokens, 200_000, input_budget(200_000))
+
+
+def test_last_user_message_is_not_repeated_when_the_checkpoint_holds_it() -> None:
+    first = user("Write a CSV exporter.")
+    last = user("Also add a --delimiter option.")
+    history = [first, *tool_turn("write_file", '{"path": "csv.py"}', "ok"), last]
+    p = plan(history)
+    block = p.replacement[0]
+    assert last.text in block.text
+    assert last.id not in ids(tail_of(p))
+    # Only the last one is de-duplicated; the earlier request stays in the tail.
+    assert first.id in ids(tail_of(p))
+    assert [m.text for m in p.replacement].count(last.text) == 0
+
+
+def test_last_user_message_with_only_an_image_is_kept() -> None:
+    # No text means no checkpoint entry, so nothing to de-duplicate against.
+    shot = user([ImagePart("https://example.com/a.png")])
+    p = plan([user("look"), assistant("ok"), shot])
+    assert shot.id in ids(tail_of(p))
+
+
+def test_recursive_compaction_carries_the_previous_checkpoint() -> None:
+    first = [
+        user("Port the CLI to click."),
+        *tool_turn("todo_write", '{"todos": ["port cli", "fix --verbose"]}', "saved"),
+        *tool_turn("edit_file", '{"path": "cli.py"}', "edited"),
+        user("Keep --verbose working."),
+        assistant("Will do."),
+    ]
+    block1 = plan(first).replacement[0]
+    second = [
+        block1,
+        assistant("Continuing the port."),
+        *tool_turn("bash", '{"command": "pytest"}', "2 passed"),
+        *tool_turn("write_file", '{"path": "NOTES.md"}', "written"),
+        user("Now update the README."),
+    ]
+    p = plan(second)
+    block2 = p.replacement[0]
+    expected = ["Port the CLI to click.", "Keep --verbose working.", "Now update the README."]
+    assert block2.meta.extra[ACTIVE_TASK_KEY] == expected
+    for entry in expected:
+        assert entry in block2.text
+    # The old block is replaced, never kept.
+    assert block1.id not in ids(p.replacement)
+    assert sum(m.meta.kind == KIND_COMPACT_SUMMARY for m in p.replacement) == 1
+    # Files written before the previous compaction are still listed, oldest first.
+    assert section(p.summary, "Workspace mutations") == "- cli.py\n- NOTES.md"
+    assert p.files == ("NOTES.md",)
+    # A section the new history says nothing about keeps the previous one's text.
+    tasks = section(p.summary, "Active tasks and background work")
+    assert tasks.startswith("(from the previous compaction)\n`todo_write`")
+    assert "fix --verbose" in tasks
+
+
+def test_only_a_compact_block_gives_a_valid_plan() -> None:
+    block = build_compact_block(render_ledger({}), ["do the thing"])
+    p = plan([block])
+    assert len(p.replacement) == 1
+    assert p.replacement[0].meta.kind == KIND_COMPACT_SUMMARY
+    assert p.replacement[0].meta.extra[ACTIVE_TASK_KEY] == ["do the thing"]
+    assert p.replacement[0].id != block.id
+
+
+def test_empty_input_gives_a_block_only_plan() -> None:
+    p = plan([])
+    assert len(p.replacement) == 1
+    assert p.source_tokens == 0
+    assert p.post_tokens == estimate_message_tokens(p.replacement[0])
+    assert p.post_tokens <= p.target
+    assert not p.truncated_round and p.files == ()
+
+
+def test_broken_input_rounds_are_skipped() -> None:
+    goal = user("go")
+    older = tool_turn("bash", '{"command": "a"}', "A")
+    dangling = assistant("calling", [ToolCall("lost", "bash", '{"command": "b"}')])
+    orphan = tool_result("nobody", "orphan result")
+    newer = tool_turn("bash", '{"command": "c"}', "C")
+    history = [goal, *older, dangling, orphan, *newer, assistant("end")]
+    assert find_orphans(history)
+    p = plan(history)
+    kept = ids(tail_of(p))
+    assert dangling.id not in kept and orphan.id not in kept
+    assert set(ids(older + newer)) <= set(kept)
+    assert not find_orphans(p.replacement)
+
+
+def test_synthetic_handoff_and_system_messages_are_never_kept() -> None:
+    handoff = Message(
+        role="user",
+        content="<token-budget-handoff>secret frontier</token-budget-handoff>",
+        meta=MessageMeta(kind=KIND_HANDOFF, hidden=True, synthetic=True),
+    )
+    restoration = Message(
+        role="user",
+        content="restored file a.py",
+        meta=MessageMeta(kind=KIND_RESTORATION, synthetic=True),
+    )
+    sys_msg = Message(role="system", content="be brief")
+    history = [sys_msg, user("go"), restoration, assistant("a"), handoff, assistant("b")]
+    p = plan(history)
+    kept = ids(tail_of(p))
+    assert handoff.id not in kept and restoration.id not in kept and sys_msg.id not in kept
+    assert "secret frontier" not in p.replacement[0].text
+    assert "be brief" not in p.replacement[0].text
+
+
+def test_post_tokens_counted_with_the_given_counter() -> None:
+    def double(m: Message) -> int:
+        return 2 * estimate_message_tokens(m)
+
+    p = plan(long_session(), 65_536, count=double)
+    assert p.post_tokens == sum(double(m) for m in p.replacement)
+    assert p.source_tokens == sum(double(m) for m in long_session())
+    assert p.post_tokens <= p.target
+
+
+@pytest.mark.parametrize("window", [8_192, 16_384, 32_768, 128_000, 200_000, 1_000_000])
+def test_post_tokens_within_target_and_below_half_the_input_budget(window: int) -> None:
+    history = long_session(60, 8_000)
+    p = plan(history, window)
+    assert p.post_tokens == sum(estimate_message_tokens(m) for m in p.replacement)
+    assert p.post_tokens <= p.target
+    if not p.raised:
+        assert p.post_tokens <= input_budget(window) / 2
+        assert p.target == fallback_target(p.source_tokens, window, input_budget(window))
+
+
+def test_small_window_keeps_a_tail_rather_than_raising() -> None:
+    # The ledger shrinks for small targets, so an 8k window still has room.
+    p = plan(long_session(30, 400), 8_192)
+    assert not p.raised
+    assert len(tail_of(p)) >= 2
+
+
+# ---------------------------------------------------------------------------
+# The ledger
+
+
+def ledger_session() -> list[Message]:
+    return [
+        user("Migrate the settings module to pydantic v2. Do not change env var names."),
+        *tool_turn("read_file", '{"path": "settings.py"}', "class Settings: ..."),
+        assistant("Plan: replace validators with field_validator, keep names."),
+        *tool_turn("edit_file", '{"path": "settings.py", "old": "a", "new": "b"}', "ok"),
+        *tool_turn("write_file", '{"file_path": "tests/test_settings.py"}', "ok"),
+        *tool_turn(
+            "todo_write",
+            '{"todos": [{"content": "update docs", "status": "pending"}]}',
+            "saved",
+        ),
+        *tool_turn("bash", '{"command": "pytest -q"}', "...\n12 passed in 0.4s"),
+        *tool_turn("edit_file", '{"path": "README.md"}', "old text not found", error=True),
+        *tool_turn("grep", '{"pattern": "x"}', "permission denied", error=True),
+        user("Then bump the version."),
+        assistant("Next I will retry the README edit."),
+    ]
+
+
+def test_ledger_has_exactly_the_seven_headings_in_order() -> None:
+    summary = plan(ledger_session()).summary
+    headings = [line[3:] for line in summary.split("\n") if line.startswith("## ")]
+    assert tuple(headings) == LEDGER_HEADINGS
+
+
+def test_ledger_lists_the_files_written() -> None:
+    p = plan(ledger_session())
+    assert p.files == ("settings.py", "tests/test_settings.py", "README.md")
+    mutations = section(p.summary, "Workspace mutations")
+    for path in p.files:
+        assert f"- {path}" in mutations
+
+
+def test_ledger_lists_the_last_errors() -> None:
+    risks = section(plan(ledger_session()).summary, "Open risks or blockers")
+    assert "permission denied" in risks
+    assert "old text not found" in risks
+    assert risks.index("old text not found") < risks.index("permission denied")
+
+
+def test_ledger_keeps_only_the_last_three_errors() -> None:
+    history = [user("go")]
+    for i in range(6):
+        history += tool_turn("bash", f'{{"command": "try {i}"}}', f"failure number {i}", error=True)
+    risks = section(plan(history).summary, "Open risks or blockers")
+    assert [f"failure number {i}" in risks for i in range(6)] == [False] * 3 + [True] * 3
+
+
+def test_ledger_verification_evidence_is_the_last_command_output() -> None:
+    evidence = section(plan(ledger_session()).summary, "Verification evidence")
+    # bash names no file: a command. The later edits and reads are not evidence.
+    assert evidence.startswith('`bash` {"command": "pytest -q"} (ok)')
+    assert evidence.endswith("12 passed in 0.4s")
+
+
+def test_ledger_verification_evidence_keeps_the_tail_of_long_output() -> None:
+    output = numbered(5_000) + "FAILED tests/test_x.py::test_y"
+    history = [user("go"), *tool_turn("bash", '{"command": "pytest"}', output, error=True)]
+    evidence = section(plan(history).summary, "Verification evidence")
+    assert "(failed)" in evidence
+    assert evidence.endswith("FAILED tests/test_x.py::test_y")
+    assert "line 000000" not in evidence
+    assert len(evidence) < 1_600
+
+
+def test_ledger_active_tasks_from_the_last_todo_call() -> None:
+    tasks = section(plan(ledger_session()).summary, "Active tasks and background work")
+    assert tasks.startswith("`todo_write`")
+    assert "update docs" in tasks
+    no_todo = section(plan([user("hi")]).summary, "Active tasks and background work")
+    assert no_todo == "(none)"
+
+
+def test_ledger_objective_and_next_action() -> None:
+    summary = plan(ledger_session()).summary
+    objective = section(summary, "Objective and constraints")
+    assert objective.startswith("Migrate the settings module to pydantic v2.")
+    assert "1 later user message" in objective
+    next_action = section(summary, "Exact next action")
+    assert "Last user request: Then bump the version." in next_action
+    assert "Last assistant message: Next I will retry the README edit." in next_action
+    decisions = section(summary, "Decisions and rationale")
+    assert "- Plan: replace validators with field_validator, keep names." in decisions
+
+
+def test_ledger_is_deterministic() -> None:
+    first = plan(ledger_session())
+    second = plan(ledger_session())
+    assert first.summary == second.summary
+    assert first.replacement[0].text == second.replacement[0].text
+
+
+def test_ledger_stays_small_whatever_the_history() -> None:
+    cjk = "测试数据很长" * 20_000
+    history: list[Message] = [user(cjk)]
+    for i in range(200):
+        history += tool_turn(
+            "todo_write" if i % 7 == 0 else "bash",
+            '{"command": "' + cjk[:5_000] + f'{i}"}}',
+            cjk,
+            text=cjk,
+            error=i % 2 == 0,
+        )
+        history += tool_turn("edit_file", f'{{"path": "{"深" * 300}{i}.py"}}', "ok")
+        history.append(user(cjk + str(i)))
+    p = plan(history, 1_000_000)
+    assert estimate_tokens(p.summary) <= 2_000
+
+
+# ---------------------------------------------------------------------------
+# Scale
+
+
+def test_large_history_is_fast_and_counts_each_message_at_most_twice() -> None:
+    history: list[Message] = [user("start")]
+    while len(history) < 4_096:
+        history += tool_turn("bash", '{"command": "cat big.log"}', numbered(690), text="reading")
+    assert sum(len(m.text) for m in history) > 16 * 2**20 * 0.95
+    counted = 0
+
+    def counting(m: Message) -> int:
+        nonlocal counted
+        counted += 1
+        return estimate_message_tokens(m)
+
+    started = time.perf_counter()
+    p = plan(history, 1_000_000, count=counting)
+    elapsed = time.perf_counter() - started
+    assert counted <= 2 * len(history) + 16
+    assert elapsed < 2.0
+    assert p.post_tokens <= p.target == FALLBACK_MAX_TOKENS
+
+
+# ---------------------------------------------------------------------------
+# Property: random sessions × random windows
+
+CHUNKS = ["word ", "测试中文", "ページ", "x", "\n", '{"k": 1}, ', "한국어 "]
+TOOLS = ["bash", "edit_file", "read_file", "todo_write", "mystery"]
+
+
+@st.composite
+def texts(draw: st.DrawFn, max_repeat: int = 50) -> str:
+    chunk = draw(st.sampled_from(CHUNKS))
+    return draw(st.text(max_size=12)) + chunk * draw(st.integers(0, max_repeat))
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> list[Message]:
+    history: list[Message] = []
+    if draw(st.booleans()):
+        entries = draw(st.lists(texts(), max_size=3))
+        history.append(build_compact_block(render_ledger({}), entries))
+    for _ in range(draw(st.integers(0, 14))):
+        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools"]))
+        if kind == "user":
+            text = draw(texts(400))
+            if draw(st.booleans()):
+                image = ImagePart("data:image/png;base64,AAAA")
+                parts: list[TextPart | ImagePart] = [TextPart(text), image]
+                if draw(st.booleans()):
+                    parts.reverse()
+                history.append(user(parts))
+            else:
+                history.append(user(text))
+        elif kind == "assistant":
+            history.append(assistant(draw(texts()), reasoning=draw(st.none() | texts())))
+        else:
+            calls = [
+                ToolCall(
+                    new_id("call"),
+                    draw(st.sampled_from(TOOLS)),
+                    draw(st.sampled_from(['{"path": "a.py"}', '{"command": "make"}', "{}", "[1]"])),
+                )
+                for _ in range(draw(st.integers(0, 3)))
+            ]
+            history.append(assistant(draw(st.none() | texts()), calls, reasoning="r"))
+            for c in calls:
+                huge = draw(st.integers(0, 9)) == 0
+                body = draw(texts(20_000 if huge else 60))
+                history.append(tool_result(c.id, body, error=draw(st.booleans())))
+    return history
+
+
+def coarse_count(m: Message) -> int:
+    """Another counter, like an exact tokenizer: not the estimate's ratios."""
+    return 7 + len(m.text) // 3 + sum(20 + len(c.arguments) for c in m.tool_calls)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
+)
+@given(
+    history=sessions(),
+    window=st.integers(8_192, 1_000_000),
+    count=st.sampled_from([estimate_message_tokens, coarse_count]),
+)
+def test_property_random_sessions_give_sound_bounded_plans(
+    history: list[Message], window: int, count: Callable[[Message], int]
+) -> None:
+    p = plan(history, window, count)
+    block, tail = p.replacement[0], p.replacement[1:]
+    assert block.meta.kind == KIND_COMPACT_SUMMARY and block.role == "user"
+    assert not find_orphans(p.replacement)
+    assert p.post_tokens == sum(count(m) for m in p.replacement)
+    assert p.post_tokens <= p.target
+    if not p.raised:
+        assert p.post_tokens <= input_budget(window) / 2
+    for entry in active_task_of(history):
+        assert entry in block.text
+    assert block.meta.extra[ACTIVE_TASK_KEY] == active_task_of(history)
+    # The tail: original messages, in order, sanitized; only the oldest round cut.
+    originals = {m.id: m for m in history}
+    positions = [ids(history).index(m.id) for m in tail]
+    assert positions == sorted(positions)
+    for m in tail:
+        assert m.reasoning is None and not m.images and not m.meta.synthetic
+    cut = [
+        i
+        for i, m in enumerate(tail)
+        if MARKER.search(m.text) and not MARKER.search(originals[m.id].text)
+    ]
+    if cut:
+        assert p.truncated_round
+        first_round = group_rounds(tail)[0]
+        assert all(i < first_round.end for i in cut)

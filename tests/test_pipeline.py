@@ -1,0 +1,541 @@
+"""check_and_compact: the orchestration, the seed-004 trigger scenarios, failure paths."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from cairn.context import (
+    CheckpointFailedError,
+    CompactionConfig,
+    CompactionFailedError,
+    ContextPipeline,
+    FallbackSummarizer,
+    FixedContext,
+    Summarizer,
+    SummarizerError,
+    Summary,
+    SummaryRequest,
+)
+from cairn.context.budget import handoff_line
+from cairn.context.snip import is_elided
+from cairn.messages import (
+    KIND_COMPACT_SUMMARY,
+    KIND_HANDOFF,
+    Message,
+    ToolCall,
+    Usage,
+    assistant,
+    find_orphans,
+    system,
+    tool_result,
+    user,
+)
+from cairn.store import ContextEditRecord, HandoffRecord, read_transcript
+from cairn.tokens import estimate_message_tokens
+
+WINDOW = 32_768  # output reserve 8,192 → input budget 24,576
+BUDGET = 24_576
+COMPACT_LINE = 0.8 * BUDGET
+HANDOFF_LINE = 0.7 * BUDGET
+FIXED = FixedContext((system("You are a careful coding agent."),))
+EFFECTS = {"read_file": "read_only", "edit_file": "write", "bash": "write"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FailingSummarizer:
+    """A summarizer whose model never produces a usable summary."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        self.calls += 1
+        raise SummarizerError("the model returned no text after 3 rounds")
+
+
+class GatedSummarizer:
+    """The fallback, but it waits for the test to open a gate (a slow model)."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        self.calls += 1
+        await self.gate.wait()
+        return await FallbackSummarizer().summarize(request)
+
+
+def make(
+    tmp_path: Path,
+    clock: Clock | None = None,
+    *,
+    summarizer: Summarizer | None = None,
+    **config: object,
+) -> ContextPipeline:
+    settings = CompactionConfig.model_validate({"context_window": WINDOW, **config})
+    return ContextPipeline.open(
+        tmp_path / "ws",
+        settings,
+        session_id="s1",
+        home=tmp_path / "home",
+        tool_effects=EFFECTS,
+        clock=clock or Clock(),
+        summarizer=summarizer,
+    )
+
+
+def respond(p: ContextPipeline, total: int, text: str = "ok") -> Message:
+    """The provider answered; its usage says the context now holds ``total`` tokens."""
+    message = assistant(text, usage=Usage(total - 40, 40, total))
+    p.add(message)
+    return message
+
+
+def tool_turn(p: ContextPipeline, name: str, result: str, path: str = "a.py") -> None:
+    """A tool round added as is (``add_tool_results`` would cap the output first)."""
+    call = ToolCall(f"call_{len(p.messages)}", name, f'{{"path": "{path}"}}')
+    p.add(assistant(None, [call], usage=None))
+    p.add(tool_result(call.id, result))
+
+
+def transcript_api(p: ContextPipeline) -> list[Message]:
+    path = p._store.path  # type: ignore[attr-defined]
+    return read_transcript(path).api().messages
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------------------
+# Seed 004: pre-request trigger
+
+
+def test_below_the_threshold_the_request_goes_out_untouched(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("fix the failing test"))
+    respond(p, 5_000)
+    p.add(user("and add a regression test"))
+    result = run(p.check_and_compact(FIXED))
+    assert result.compaction is None and result.edits == 0 and not result.handoff
+    assert result.before.source == "anchored"
+    assert result.before.phase == "below_handoff"
+
+
+def test_estimate_is_last_total_tokens_plus_what_came_after(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    respond(p, 6_000)
+    later = [user("new message 新的消息 " * 30), user("another")]
+    for m in later:
+        p.add(m)
+    result = run(p.check_and_compact(FIXED))
+    assert result.before.tokens == 6_000 + sum(estimate_message_tokens(m) for m in later)
+
+
+def test_a_huge_tool_output_triggers_compaction_before_the_next_request(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("find the bug in the parser"))
+    respond(p, 8_000)
+    # The next loop iteration: a tool result far over the compaction line.
+    tool_turn(p, "bash", "log line\n" * 9_000)
+    result = run(p.check_and_compact(FIXED))
+    assert result.before.tokens is not None and result.before.tokens >= COMPACT_LINE
+    assert result.compaction is not None and result.compaction.strategy == "fallback"
+    assert result.after.tokens is not None and result.after.tokens < HANDOFF_LINE
+    assert p.messages[0].meta.kind == KIND_COMPACT_SUMMARY
+    assert not find_orphans(p.messages)
+    assert transcript_api(p) == list(p.messages)
+
+
+def test_every_loop_iteration_rechecks_including_after_tool_results(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("refactor the module"))
+    respond(p, 4_000)
+    outcomes = []
+    for _ in range(12):
+        tool_turn(p, "read_file", "source line\n" * 700)
+        outcomes.append(run(p.check_and_compact(FIXED)))
+        respond(p, outcomes[-1].after.tokens or 0)
+    phases = [o.before.phase for o in outcomes]
+    assert "handoff_band" in phases or "compaction_due" in phases
+    # Every request went out inside the budget, never over the compaction line.
+    assert all((o.after.tokens or 0) < COMPACT_LINE for o in outcomes)
+
+
+def test_no_usage_anchor_on_the_first_request_uses_the_full_estimate(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("please review this log:\n" + "trace frame\n" * 9_000))
+    result = run(p.check_and_compact(FIXED))
+    assert result.before.source == "estimate"
+    assert result.compaction is not None
+
+
+def test_fork_requests_skip_the_check(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("x" * 200_000))
+    result = run(p.check_and_compact(FIXED, fork=True))
+    assert result.skipped == "fork"
+    assert result.compaction is None
+    assert p.messages[0].text == "x" * 200_000
+
+
+def test_no_second_compaction_on_the_same_loop_before_a_response(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    # A mandatory checkpoint bigger than any target: the user's own words.
+    p.add(user("constraint: " + "keep this exact text. " * 5_000))
+    first = run(p.check_and_compact(FIXED))
+    assert first.compaction is not None
+    assert first.after.phase == "compaction_due"  # the raised target could not go lower
+    second = run(p.check_and_compact(FIXED))
+    assert second.compaction is None
+    assert any("not compacting again" in w for w in second.warnings)
+    respond(p, first.after.tokens or 0)
+    p.add(user("next"))
+    assert run(p.check_and_compact(FIXED)).compaction is not None
+
+
+def test_after_compaction_the_estimate_counts_only_the_context_after_the_boundary(
+    tmp_path: Path,
+) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    respond(p, 3_000)
+    tool_turn(p, "bash", "output\n" * 12_000)
+    run(p.check_and_compact(FIXED))
+    projected = p.project(FIXED)
+    assert projected.source == "estimate"
+    assert projected.tokens == FIXED.tokens + sum(estimate_message_tokens(m) for m in p.messages)
+    ui = read_transcript(p._store.path).ui()  # type: ignore[attr-defined]
+    assert len(ui) > len(p.messages)  # the old messages stay for the UI
+
+
+# ---------------------------------------------------------------------------
+# Seed 004: total_tokens only
+
+
+def test_a_huge_cache_read_with_a_small_total_never_triggers(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    p.add(
+        assistant(
+            "ok",
+            usage=Usage(
+                prompt_tokens=2_000,
+                completion_tokens=100,
+                total_tokens=2_100,
+                cache_read_input_tokens=900_000,
+                cache_creation_input_tokens=50_000,
+            ),
+        )
+    )
+    p.add(user("go on"))
+    result = run(p.check_and_compact(FIXED))
+    assert result.compaction is None
+    assert result.before.phase == "below_handoff"
+
+
+def test_total_under_the_line_stays_under_even_if_cache_fields_would_push_it_over(
+    tmp_path: Path,
+) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    total = int(COMPACT_LINE) - 500
+    p.add(assistant("ok", usage=Usage(total - 10, 10, total, cache_read_input_tokens=10_000)))
+    result = run(p.check_and_compact(FIXED))
+    assert result.compaction is None
+    assert result.before.tokens == total
+
+
+# ---------------------------------------------------------------------------
+# Handoff, snip, micro compact
+
+
+def test_handoff_is_appended_once_per_epoch_hidden_and_durable(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    respond(p, int(HANDOFF_LINE) + 200)
+    first = run(p.check_and_compact(FIXED))
+    assert first.handoff and first.compaction is None
+    handoffs = [m for m in p.messages if m.meta.kind == KIND_HANDOFF]
+    assert len(handoffs) == 1 and handoffs[0].meta.hidden
+    second = run(p.check_and_compact(FIXED))
+    assert not second.handoff
+    transcript = read_transcript(p._store.path)  # type: ignore[attr-defined]
+    assert next(r for r in transcript.records if isinstance(r, HandoffRecord)).epoch == 0
+    assert all(m.meta.kind != KIND_HANDOFF for m in transcript.ui())
+    # A restart does not hand off twice in the same epoch.
+    p.close()
+    again = make(tmp_path)
+    assert not run(again.check_and_compact(FIXED)).handoff
+
+
+def test_handoff_messages_are_stripped_from_the_compaction_input(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    respond(p, int(HANDOFF_LINE) + 200)
+    assert run(p.check_and_compact(FIXED)).handoff
+    tool_turn(p, "bash", "y\n" * 20_000)
+    assert run(p.check_and_compact(FIXED)).compaction is not None
+    assert all(m.meta.kind != KIND_HANDOFF for m in p.messages)
+    assert "token-budget-handoff" not in p.messages[0].text
+
+
+def test_snip_brings_the_context_below_the_handoff_line_without_compacting(
+    tmp_path: Path,
+) -> None:
+    p = make(tmp_path)
+    p.add(user("survey the code"))
+    for i in range(6):
+        tool_turn(p, "read_file", "def f():\n    pass\n" * 180, path=f"m{i}.py")
+    respond(p, int(HANDOFF_LINE) + 1_000)
+    result = run(p.check_and_compact(FIXED))
+    assert result.compaction is None and result.edits > 0
+    assert result.after.tokens is not None
+    assert result.after.tokens <= handoff_line(BUDGET, 0.7)
+    assert sum(is_elided(m) for m in p.messages) == result.edits
+    edits = [
+        r
+        for r in read_transcript(p._store.path).records  # type: ignore[attr-defined]
+        if isinstance(r, ContextEditRecord)
+    ]
+    assert len(edits) == 1
+    assert transcript_api(p) == list(p.messages)
+
+
+def test_micro_compact_after_an_idle_minute_keeps_the_last_three_tool_turns(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    p = make(tmp_path, clock)
+    p.add(user("task"))
+    for i in range(5):
+        tool_turn(p, "read_file", f"content {i}\n" * 50, path=f"f{i}.py")
+    respond(p, 3_000)
+    clock.now += 59
+    assert run(p.check_and_compact(FIXED)).edits == 0
+    clock.now += 2
+    result = run(p.check_and_compact(FIXED))
+    assert result.edits == 2
+    results = [m for m in p.messages if m.role == "tool"]
+    assert [is_elided(m) for m in results] == [True, True, False, False, False]
+    assert transcript_api(p) == list(p.messages)
+
+
+def test_micro_compact_runs_even_when_the_window_is_unknown(tmp_path: Path) -> None:
+    clock = Clock()
+    p = make(tmp_path, clock, context_window=None)
+    for i in range(5):
+        tool_turn(p, "read_file", "z" * 500, path=f"f{i}.py")
+    respond(p, 1_000)
+    clock.now += 120
+    result = run(p.check_and_compact(FIXED))
+    assert result.before.phase == "unknown"
+    assert result.edits == 2 and result.compaction is None and not result.handoff
+
+
+# ---------------------------------------------------------------------------
+# Breaker and failure policies
+
+
+def grow(p: ContextPipeline) -> None:
+    tool_turn(p, "bash", "noise\n" * 14_000)
+
+
+def test_failures_fall_back_and_the_breaker_stops_asking_after_three(tmp_path: Path) -> None:
+    summarizer = FailingSummarizer()
+    p = make(tmp_path, summarizer=summarizer)
+    p.add(user("task"))
+    strategies = []
+    for _ in range(5):
+        grow(p)
+        result = run(p.check_and_compact(FIXED))
+        assert result.compaction is not None
+        strategies.append(result.compaction.strategy)
+        respond(p, result.after.tokens or 0)
+    assert strategies == ["fallback"] * 5
+    assert summarizer.calls == 3  # the fourth and fifth never asked the model
+
+
+def test_on_failure_skip_skips_the_fourth_compaction_with_a_warning(tmp_path: Path) -> None:
+    """Seed 004 breaker: 3 consecutive failures, then the next high-token turn skips."""
+    summarizer = FailingSummarizer()
+    p = make(tmp_path, on_failure="skip", summarizer=summarizer)
+    p.add(user("task"))
+    grow(p)
+    for attempt in range(1, 4):
+        result = run(p.check_and_compact(FIXED))
+        assert result.compaction is None
+        assert any(f"({attempt} in a row)" in w for w in result.warnings)
+    fourth = run(p.check_and_compact(FIXED))
+    assert summarizer.calls == 3
+    assert fourth.compaction is None
+    assert any("compaction skipped" in w for w in fourth.warnings)
+
+
+def test_a_success_resets_the_failure_count(tmp_path: Path) -> None:
+    class FlakySummarizer:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def summarize(self, request: SummaryRequest) -> Summary:
+            self.calls += 1
+            if self.calls in (1, 2, 4, 5):
+                raise SummarizerError("flaky")
+            return await FallbackSummarizer().summarize(request)
+
+    summarizer = FlakySummarizer()
+    p = make(tmp_path, on_failure="skip", summarizer=summarizer)
+    p.add(user("task"))
+    grow(p)
+    compacted = [run(p.check_and_compact(FIXED)).compaction is not None for _ in range(3)]
+    assert compacted == [False, False, True]  # failed, failed, succeeded
+    respond(p, p.project(FIXED).tokens or 0)
+    for _ in range(3):
+        grow(p)
+        run(p.check_and_compact(FIXED))
+    # Two more failures did not open the breaker: the count restarted at the success.
+    assert summarizer.calls == 6
+    assert p.epoch == 2
+
+
+# ---------------------------------------------------------------------------
+# Manual /compact
+
+
+def test_manual_compact_runs_whatever_the_token_count(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("small task"))
+    respond(p, 500)
+    outcome = run(p.compact(FIXED))
+    assert outcome is not None and outcome.trigger == "manual"
+    assert p.messages[0].meta.kind == KIND_COMPACT_SUMMARY
+
+
+def test_a_failed_manual_compact_writes_an_error_block_and_keeps_the_context(
+    tmp_path: Path,
+) -> None:
+    p = make(tmp_path, summarizer=FailingSummarizer())
+    p.add(user("task"))
+    before = list(p.messages)
+    with pytest.raises(CompactionFailedError, match="no text after 3 rounds"):
+        run(p.compact(FIXED))
+    assert list(p.messages) == before
+    ui = read_transcript(p._store.path).ui()  # type: ignore[attr-defined]
+    assert ui[-1].meta.kind == "error"
+    assert "Compaction failed" in ui[-1].text
+
+
+def test_a_second_compact_while_one_runs_is_skipped(tmp_path: Path) -> None:
+    summarizer = GatedSummarizer()
+    p = make(tmp_path, summarizer=summarizer)
+    p.add(user("task"))
+
+    async def scenario() -> tuple[object, object]:
+        first = asyncio.create_task(p.compact(FIXED))
+        await asyncio.sleep(0)
+        assert p.compacting
+        second = await p.compact(FIXED)
+        summarizer.gate.set()
+        return await first, second
+
+    first, second = run(scenario())
+    assert first is not None and second is None
+    assert summarizer.calls == 1 and not p.compacting
+
+
+def test_manual_compact_resets_an_open_breaker(tmp_path: Path) -> None:
+    summarizer = FailingSummarizer()
+    p = make(tmp_path, on_failure="skip", summarizer=summarizer)
+    p.add(user("task"))
+    grow(p)
+    for _ in range(4):
+        run(p.check_and_compact(FIXED))
+    assert summarizer.calls == 3
+    with pytest.raises(CompactionFailedError):
+        run(p.compact(FIXED))
+    assert summarizer.calls == 4  # the manual compact asked the model again
+
+
+# ---------------------------------------------------------------------------
+# Durability: the checkpoint is saved before memory changes
+
+
+@contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """A real write failure: the kernel refuses to grow files past ``limit`` (EFBIG)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_failed_checkpoint_save_fails_the_check_and_leaves_memory_untouched(
+    tmp_path: Path,
+) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    for i in range(4):
+        tool_turn(p, "read_file", "text\n" * 500, path=f"f{i}.py")
+    grow(p)
+    p.end_turn()
+    path = p._store.path  # type: ignore[attr-defined]
+    before_bytes = path.read_bytes()
+    before_messages = list(p.messages)
+    with file_size_limit(len(before_bytes) + 100), pytest.raises(CheckpointFailedError) as info:
+        run(p.check_and_compact(FIXED))
+    assert info.value.phase == "checkpoint"
+    assert list(p.messages) == before_messages
+    # Neither the checkpoint nor the deferred snip edits reached the file.
+    assert path.read_bytes() == before_bytes
+    # Once the disk has room again the same check succeeds.
+    assert run(p.check_and_compact(FIXED)).compaction is not None
+    assert transcript_api(p) == list(p.messages)
+
+
+def test_a_resumed_pipeline_has_exactly_the_same_context(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    p.add(user("task"))
+    respond(p, 2_000)
+    grow(p)
+    run(p.check_and_compact(FIXED))
+    p.add(user("after the compaction"))
+    p.end_turn()
+    expected = list(p.messages)
+    p.close()
+    again = make(tmp_path)
+    assert list(again.messages) == expected
+    assert again.epoch == 1
+
+
+def test_oversized_tool_results_are_saved_to_a_file_before_they_enter_the_context(
+    tmp_path: Path,
+) -> None:
+    p = make(tmp_path)
+    call = ToolCall("call_big", "bash", '{"command": "cat big.log"}')
+    p.add(assistant(None, [call]))
+    full = "".join(f"line {i}\n" for i in range(20_000))
+    [stored] = p.add_tool_results([tool_result(call.id, full)])
+    assert len(stored.text) < len(full)
+    saved = Path(str(stored.meta.extra["full_output_path"]))
+    assert saved.read_text(encoding="utf-8") == full
+    assert saved.is_relative_to(tmp_path / "home")
