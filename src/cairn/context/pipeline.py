@@ -338,12 +338,15 @@ class ContextPipeline:
         instructions: str | None,
     ) -> SummaryRequest:
         window = self.config.context_window or 0
+        # The conversation's share of the budget: the fixed context goes out
+        # with every request, so the replacement must leave room for it.
+        budget = max((self._tracker.input_budget or window) - fixed.tokens, 0)
         return SummaryRequest(
             # The handoff reminder is a control message for the live model only.
             messages=tuple(m for m in view if m.meta.kind != KIND_HANDOFF),
             fixed=fixed,
             window=window,
-            input_budget=self._tracker.input_budget or window,
+            input_budget=budget,
             trigger=trigger,
             tool_effects=self._effects,
             instructions=instructions,
