@@ -1,0 +1,1 @@
+"""Replay recorded agent sessions through the pipeline and measure every decision."""
