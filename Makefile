@@ -11,12 +11,15 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,tokenizers]'
+	$(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot]'
 	touch $(STAMP)
 
+# The main job: replay a real recorded session under a small window, compare the
+# three policies, write the report and plot to demo-output/ (offline).
+DEMO_SESSION := examples/sessions/ctf-web-i_got_id_demo.traj
 demo: $(STAMP)
-	$(BIN)/python examples/sample_session.py build/demo/sample-session.jsonl
-	$(BIN)/cairn inspect build/demo/sample-session.jsonl
+	$(BIN)/cairn replay $(DEMO_SESSION) --window 8192 --compare --report demo-output
+	$(BIN)/cairn inspect demo-output/cairn/transcript.jsonl
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
@@ -30,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimator.py
 	$(BIN)/python benchmarks/bench_transcript.py
 	$(BIN)/python benchmarks/bench_pipeline.py
+	$(BIN)/python benchmarks/replay.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build demo-output .pytest_cache .mypy_cache .ruff_cache

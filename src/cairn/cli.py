@@ -55,8 +55,73 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return run_inspect(args.path, as_json=args.as_json, view=args.view)
 
 
+def _add_replay(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a recorded agent session through the context pipeline",
+        description=(
+            "Import a recorded session (Claude Code, Codex, SWE-agent, OpenHands, tau-bench, "
+            "OpenAI chat JSON or Cairn's own) and replay it request by request under a "
+            "context window: every handoff, snip and compaction, exact token counts, "
+            "overflows, billed and cache-eligible tokens."
+        ),
+    )
+    parser.add_argument("path", metavar="FILE", type=Path, help="the recorded session")
+    parser.add_argument(
+        "--format",
+        default="auto",
+        help="openai, tau-bench, swe-agent, openhands, claude-code, codex, cairn (default: auto)",
+    )
+    parser.add_argument(
+        "--session", type=int, default=None, help="replay only the N-th session (0-based)"
+    )
+    parser.add_argument(
+        "--window", type=int, required=True, help="the model's context window in tokens"
+    )
+    parser.add_argument(
+        "--tokenizer", default="cl100k", help="exact tokenizer for true sizes (default: cl100k)"
+    )
+    parser.add_argument("--summarizer", default="fallback", help="fallback (default) or llm")
+    parser.add_argument(
+        "--policy",
+        choices=("cairn", "none", "post-response"),
+        default="cairn",
+        help="cairn (check before every request), none, or post-response (the old check)",
+    )
+    parser.add_argument(
+        "--compare", action="store_true", help="run all three policies and compare them"
+    )
+    parser.add_argument("--json", dest="as_json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write report.json, requests.csv, context.png and the replayed transcript(s)",
+    )
+    parser.set_defaults(handler=_run_replay)
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    from cairn.surfaces.replay import ReplayArgs, run_replay
+
+    return run_replay(
+        ReplayArgs(
+            path=args.path,
+            format=args.format,
+            session=args.session,
+            window=args.window,
+            tokenizer=args.tokenizer,
+            summarizer=args.summarizer,
+            policy=args.policy,
+            compare=args.compare,
+            as_json=args.as_json,
+            report=args.report,
+        )
+    )
+
+
 #: Every subcommand, in the order ``cairn --help`` lists them.
-COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect,)
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect, _add_replay)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,572 @@
+"""What every importer shares: the source file, ids, content conversion, pairing.
+
+An importer reads its format into a ``SessionBuilder`` one message at a time,
+in recorded order, naming where each message came from (``line 7``,
+``history[3]``). ``SessionBuilder.build`` then makes the session sound: every
+tool call is followed by all of its results, a call nobody answered gets a
+placeholder result, a result nobody asked for is dropped, and every message
+id is unique. Each repair is one warning that names the place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import NoReturn, cast
+
+import orjson
+
+from cairn.messages import (
+    Content,
+    ContentPart,
+    ImagePart,
+    JSONObject,
+    Message,
+    MessageMeta,
+    Role,
+    TextPart,
+    ToolCall,
+    Usage,
+    find_orphans,
+)
+from cairn.replay.session import RecordedSession, SessionImportError
+
+#: The text of the result added for a tool call that has none in the recording.
+PLACEHOLDER_RESULT = "[no result was recorded for this call]"
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class RecordError(ValueError):
+    """One record or message has the wrong shape; the text names the key at fault."""
+
+
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What one importer read: the sessions and the warnings, in file order."""
+
+    sessions: tuple[RecordedSession, ...]
+    warnings: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------
+# The source file
+
+
+class Source:
+    """The bytes of one session file, read once, with lazily parsed views of them."""
+
+    def __init__(self, path: Path, data: bytes) -> None:
+        self.path = path
+        self.data = data[len(_BOM) :] if data.startswith(_BOM) else data
+        self._document: object = _UNPARSED
+        self._document_error: orjson.JSONDecodeError | None = None
+
+    @classmethod
+    def read(cls, path: str | Path) -> Source:
+        path = Path(path)
+        if path.is_dir():
+            raise SessionImportError(f"{path} is a directory, not a session file")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise SessionImportError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise SessionImportError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        return cls(path, data)
+
+    @cached_property
+    def digest(self) -> str:
+        """A short hash of the contents: generated ids are stable for the same file."""
+        return hashlib.sha256(self.data).hexdigest()[:10]
+
+    @property
+    def head(self) -> bytes:
+        """The first non-blank byte (``b""`` for a blank file)."""
+        return self.data.lstrip()[:1]
+
+    def document(self, fmt: str) -> object:
+        """The whole file as one JSON value, or ``SessionImportError`` naming the line."""
+        if self._document is _UNPARSED and self._document_error is None:
+            try:
+                self._document = orjson.loads(self.data)
+            except orjson.JSONDecodeError as exc:
+                self._document_error = exc
+        error = self._document_error
+        if error is not None:
+            raise SessionImportError(f"{fmt}: line {error.lineno}: not valid JSON ({error.msg})")
+        return self._document
+
+    def try_document(self) -> object | None:
+        """The whole file as one JSON value, or ``None`` if it is not one."""
+        try:
+            return self.document("json")
+        except SessionImportError:
+            return None
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """Every non-blank line with its 1-based number."""
+        for number, line in enumerate(self.data.split(b"\n"), start=1):
+            if line.strip():
+                yield number, line
+
+    def parsed_lines(self) -> list[tuple[int, object]]:
+        """Every non-blank line parsed as JSON (a ``BadLine`` where that fails).
+
+        A file that is one pretty-printed JSON value (its first line alone
+        does not parse, the whole file does) counts as one record on line 1.
+        """
+        entries: list[tuple[int, object]] = []
+        for number, line in self.lines():
+            try:
+                entries.append((number, orjson.loads(line)))
+            except orjson.JSONDecodeError as exc:
+                entries.append((number, BadLine(exc.msg)))
+        if entries and isinstance(entries[0][1], BadLine) and self.head in (b"{", b"["):
+            document = self.try_document()
+            if document is not None:
+                return [(1, document)]
+        return entries
+
+    def json_lines(self, fmt: str, warn: Warn) -> list[tuple[int, object]]:
+        """The lines that parse as JSON, with their numbers; bad lines are warned about.
+
+        If no line parses at all, ``SessionImportError`` names the first bad line.
+        """
+        entries = self.parsed_lines()
+        records = [(n, value) for n, value in entries if not isinstance(value, BadLine)]
+        if not records:
+            first_bad(fmt, entries)
+        for number, value in entries:
+            if isinstance(value, BadLine):
+                warn(f"line {number}: not valid JSON ({value.message}); skipped")
+        return records
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of a JSON Lines file that is not valid JSON."""
+
+    message: str
+
+
+def first_bad(fmt: str, entries: list[tuple[int, object]]) -> NoReturn:
+    """Raise for a JSON Lines file in which no line could be read."""
+    for number, value in entries:
+        if isinstance(value, BadLine):
+            raise SessionImportError(f"{fmt}: line {number}: not valid JSON ({value.message})")
+    raise SessionImportError(f"{fmt}: the file is empty")
+
+
+_UNPARSED = object()
+
+
+# ---------------------------------------------------------------------------
+# Small typed accessors
+
+
+def expect_dict(value: object, where: str) -> Mapping[str, object]:
+    if not isinstance(value, dict):
+        raise RecordError(f"{where}: expected a JSON object, found {kind_of(value)}")
+    return cast(Mapping[str, object], value)
+
+
+def expect_list(data: Mapping[str, object], key: str, where: str = "") -> list[object]:
+    value = data.get(key)
+    at = f"{where}: " if where else ""
+    if value is None and key not in data:
+        raise RecordError(f"{at}key '{key}' missing")
+    if not isinstance(value, list):
+        raise RecordError(f"{at}key '{key}' must be a list, found {kind_of(value)}")
+    return value
+
+
+def opt_str(data: Mapping[str, object], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) else None
+
+
+def opt_dict(data: Mapping[str, object], key: str) -> Mapping[str, object]:
+    value = data.get(key)
+    return cast(Mapping[str, object], value) if isinstance(value, dict) else {}
+
+
+def kind_of(value: object) -> str:
+    match value:
+        case None:
+            return "null"
+        case bool():
+            return "a boolean"
+        case int() | float():
+            return "a number"
+        case str():
+            return "a string"
+        case list():
+            return "an array"
+        case dict():
+            return "an object"
+        case _:
+            return type(value).__name__
+
+
+def dump_json(value: object) -> str:
+    """Compact JSON text, as a model writes tool arguments."""
+    return orjson.dumps(value).decode()
+
+
+def pick_sessions(fmt: str, total: int, session: int | None) -> range:
+    """The indexes to import: all, or the one ``session`` names (0-based)."""
+    if session is None:
+        return range(total)
+    if not 0 <= session < total:
+        held = f"{total} session" + ("" if total == 1 else "s")
+        raise SessionImportError(
+            f"{fmt}: session {session} is out of range (the file holds {held}, numbered from 0)"
+        )
+    return range(session, session + 1)
+
+
+# ---------------------------------------------------------------------------
+# Content
+
+
+def make_content(parts: Sequence[ContentPart]) -> Content:
+    """``None`` for no parts, a plain string for one text part, else the parts."""
+    if not parts:
+        return None
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return tuple(parts)
+
+
+def content_parts(raw: object, where: str, warn: Warn) -> list[ContentPart]:
+    """Parts of a string or a list of OpenAI, Responses-API or Anthropic content blocks.
+
+    Text blocks become ``TextPart``, image blocks ``ImagePart`` (Anthropic base64
+    sources as ``data:`` URLs); any other block is skipped with a warning.
+    """
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [TextPart(raw)] if raw else []
+    if not isinstance(raw, list):
+        raise RecordError(f"{where}: content must be a string or a list, found {kind_of(raw)}")
+    parts: list[ContentPart] = []
+    for index, block in enumerate(raw):
+        if isinstance(block, str):
+            parts.append(TextPart(block))
+            continue
+        if not isinstance(block, dict):
+            raise RecordError(f"{where}.content[{index}]: expected an object")
+        part = content_part(block)
+        if part is None:
+            warn(f"{where}: content block of type {block.get('type')!r} not replayed; skipped")
+        else:
+            parts.append(part)
+    return parts
+
+
+def content_part(block: Mapping[str, object]) -> ContentPart | None:
+    kind = block.get("type")
+    if kind in ("text", "input_text", "output_text"):
+        text = block.get("text")
+        return TextPart(text) if isinstance(text, str) else None
+    if kind == "refusal":
+        text = block.get("refusal")
+        return TextPart(text) if isinstance(text, str) else None
+    if kind in ("image_url", "input_image"):
+        image = block.get("image_url")
+        if isinstance(image, dict):
+            url, detail = image.get("url"), image.get("detail")
+        else:
+            url, detail = image, block.get("detail")
+        if isinstance(url, str):
+            return ImagePart(url, detail if isinstance(detail, str) else None)
+        return None
+    if kind == "image":  # Anthropic
+        source = opt_dict(block, "source")
+        if source.get("type") == "base64":
+            media, data = source.get("media_type"), source.get("data")
+            if isinstance(media, str) and isinstance(data, str):
+                return ImagePart(f"data:{media};base64,{data}")
+        url = source.get("url")
+        return ImagePart(url) if isinstance(url, str) else None
+    return None
+
+
+# ---------------------------------------------------------------------------
+# OpenAI chat messages (openai, tau-bench, SWE-agent, OpenHands responses)
+
+_ROLE_ALIASES: Mapping[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
+
+
+def chat_message(raw: object, where: str, ids: IdMaker, warn: Warn) -> Message:
+    """One OpenAI chat-completions message; ``developer`` counts as ``system``."""
+    data = expect_dict(raw, where)
+    role_raw = data.get("role")
+    if role_raw is None:
+        raise RecordError(f"{where}: key 'role' missing")
+    role = _ROLE_ALIASES.get(role_raw) if isinstance(role_raw, str) else None
+    if role is None:
+        raise RecordError(f"{where}: unknown role {role_raw!r}")
+    calls: tuple[ToolCall, ...] = ()
+    if role == "assistant":
+        calls_raw = data.get("tool_calls") or []
+        if not isinstance(calls_raw, list):
+            raise RecordError(f"{where}: key 'tool_calls' must be a list")
+        calls = tuple(
+            chat_tool_call(c, f"{where}.tool_calls[{i}]", ids, warn)
+            for i, c in enumerate(calls_raw)
+        )
+    reasoning = data.get("reasoning_content", data.get("reasoning"))
+    return Message(
+        role=role,
+        content=make_content(content_parts(data.get("content"), where, warn)),
+        id=opt_str(data, "id") or ids.next("msg"),
+        tool_calls=calls,
+        tool_call_id=opt_str(data, "tool_call_id") if role == "tool" else None,
+        name=opt_str(data, "name"),
+        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+    )
+
+
+def chat_tool_call(raw: object, where: str, ids: IdMaker, warn: Warn) -> ToolCall:
+    data = expect_dict(raw, where)
+    function = data.get("function")
+    if not isinstance(function, dict):
+        raise RecordError(f"{where}: key 'function' missing")
+    name = function.get("name")
+    if not isinstance(name, str):
+        raise RecordError(f"{where}: key 'function.name' missing")
+    arguments = function.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        arguments = dump_json(arguments)
+    call_id = data.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        call_id = ids.next("call")
+        warn(f"{where}: tool call {name!r} has no id; gave it {call_id}")
+    return ToolCall(call_id, name, arguments)
+
+
+def openai_usage(raw: object) -> Usage | None:
+    """Usage from an OpenAI-style ``usage`` object (``prompt_tokens`` …), if any."""
+    if not isinstance(raw, dict):
+        return None
+    prompt, completion = count(raw.get("prompt_tokens")), count(raw.get("completion_tokens"))
+    total = count(raw.get("total_tokens")) or prompt + completion
+    if not (prompt or completion or total):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(prompt, completion, total, cached_tokens=cached or None)
+
+
+def count(value: object) -> int:
+    """A positive token count, or 0 for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Ids
+
+
+class IdMaker:
+    """Deterministic ids for messages and calls the recording gave none.
+
+    ``msg_<file hash>_<session>_<n>``: the same file imports to the same ids.
+    """
+
+    def __init__(self, digest: str, session: int) -> None:
+        self._stem = f"{digest}_{session}"
+        self._n = 0
+
+    def next(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}_{self._stem}_{self._n}"
+
+
+# ---------------------------------------------------------------------------
+# Building one session
+
+
+@dataclass
+class Draft:
+    """An assistant message still being assembled from several records."""
+
+    id: str
+    parts: list[ContentPart] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+
+    def add_text(self, text: str) -> None:
+        if text:
+            self.parts.append(TextPart(text))
+
+    def message(self) -> Message:
+        return Message(
+            role="assistant",
+            content=make_content(self.parts),
+            id=self.id,
+            tool_calls=tuple(self.calls),
+            meta=MessageMeta(usage=self.usage) if self.usage is not None else MessageMeta(),
+        )
+
+
+class SessionBuilder:
+    """Collects one session's messages in order and makes the result sound."""
+
+    def __init__(self, name: str, ids: IdMaker, *, label: str | None = None) -> None:
+        self.name = name
+        self.ids = ids
+        self.system: list[Message] = []
+        self.tools: list[JSONObject] = []
+        self.warnings: list[str] = []
+        self._label = label
+        self._entries: list[tuple[Message | Draft, str]] = []
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(f"{self._label}: {text}" if self._label else text)
+
+    def add(self, message: Message, where: str) -> None:
+        if message.role == "system":
+            self.system.append(message)
+        else:
+            self._entries.append((message, where))
+
+    def add_draft(self, draft: Draft, where: str) -> Draft:
+        self._entries.append((draft, where))
+        return draft
+
+    @property
+    def has_messages(self) -> bool:
+        return bool(self._entries)
+
+    def build(self) -> RecordedSession:
+        messages = _unique_ids(self._pair(), self.warn)
+        orphans = find_orphans(messages)
+        if orphans:  # pragma: no cover - _pair makes this impossible
+            raise SessionImportError(f"{self.name}: tool calls left unpaired: {orphans}")
+        return RecordedSession(
+            name=self.name,
+            messages=tuple(messages),
+            system=tuple(_unique_ids(self.system, self.warn)),
+            tools=tuple(self.tools),
+        )
+
+    def _pair(self) -> list[Message]:
+        out: list[Message] = []
+        pending: dict[str, ToolCall] = {}
+        this_round: set[str] = set()
+        earlier: set[str] = set()
+        round_where = ""
+
+        def close_round() -> None:
+            for call_id, call in pending.items():
+                out.append(
+                    Message(
+                        role="tool",
+                        content=PLACEHOLDER_RESULT,
+                        id=self.ids.next("msg"),
+                        tool_call_id=call_id,
+                        name=call.name,
+                        meta=MessageMeta(synthetic=True),
+                    )
+                )
+                self.warn(
+                    f"{round_where}: call {call_id} ({call.name}) has no recorded result; "
+                    "added a placeholder result"
+                )
+            pending.clear()
+
+        for entry, where in self._entries:
+            message = entry.message() if isinstance(entry, Draft) else entry
+            if message.role == "assistant" and not message.tool_calls and message.content is None:
+                self.warn(f"{where}: assistant message {message.id} has no text and no tool call")
+                continue
+            if message.role == "tool":
+                call_id = message.tool_call_id
+                if call_id is not None and call_id in pending:
+                    call = pending.pop(call_id)
+                    if not message.name:
+                        message = replace(message, name=call.name)
+                    if message.content is None:
+                        message = replace(message, content="")
+                    out.append(message)
+                elif call_id in this_round:
+                    self.warn(f"{where}: a second result for call {call_id}; dropped")
+                elif call_id in earlier:
+                    self.warn(
+                        f"{where}: result for call {call_id} arrives after the conversation "
+                        "moved on; dropped"
+                    )
+                else:
+                    self.warn(f"{where}: result for unknown call {call_id!r}; dropped")
+                continue
+            close_round()
+            earlier |= this_round
+            this_round = set()
+            if message.role == "assistant" and message.tool_calls:
+                message = self._distinct_calls(message, where)
+                pending = {call.id: call for call in message.tool_calls}
+                this_round = set(pending)
+                round_where = where
+            out.append(message)
+        close_round()
+        return out
+
+    def _distinct_calls(self, message: Message, where: str) -> Message:
+        seen: set[str] = set()
+        calls: list[ToolCall] = []
+        changed = False
+        for call in message.tool_calls:
+            if call.id in seen:
+                new = f"{call.id}~{len(calls) + 1}"
+                self.warn(f"{where}: tool call id {call.id} repeated in one message; renamed {new}")
+                call = replace(call, id=new)
+                changed = True
+            seen.add(call.id)
+            calls.append(call)
+        return replace(message, tool_calls=tuple(calls)) if changed else message
+
+
+def _unique_ids(messages: list[Message], warn: Warn) -> list[Message]:
+    seen: set[str] = set()
+    out: list[Message] = []
+    for message in messages:
+        if message.id in seen:
+            n = 2
+            while f"{message.id}~{n}" in seen:
+                n += 1
+            new = f"{message.id}~{n}"
+            warn(f"message id {message.id} repeated; the later one is now {new}")
+            message = replace(message, id=new)
+        seen.add(message.id)
+        out.append(message)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Exit codes in tool output (Codex, OpenHands)
+
+_EXIT_CODE = re.compile(r"^Process exited with code (-?\d+)$", re.M)
+
+
+def nonzero_exit(text: str) -> bool:
+    """``Process exited with code N`` with N ≠ 0 in the header of a Codex exec output."""
+    match = _EXIT_CODE.search(text[:400])
+    return match is not None and int(match.group(1)) != 0

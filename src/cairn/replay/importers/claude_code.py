@@ -1,0 +1,235 @@
+"""``claude-code``: a Claude Code session transcript (``~/.claude/projects/…/<id>.jsonl``).
+
+One session per file, named by its ``sessionId``. Only ``user`` and
+``assistant`` records with a ``message`` are conversation; ``system``
+(``turn_duration``, ``compact_boundary`` …), ``progress``,
+``file-history-snapshot``, ``queue-operation`` and ``summary`` records are not,
+and are skipped. Also skipped: sidechain records (``isSidechain``, sub-agent
+conversations), the compact summary Claude Code wrote when it compacted
+(``isCompactSummary`` / ``isVisibleInTranscriptOnly``), and Claude Code's own
+API-error stand-ins (``isApiErrorMessage``, model ``<synthetic>``). The replay
+thus sees the whole session as if it had never been compacted. Records are
+taken in file order (branches left by a rewind are not untangled).
+
+- **Assistant**: Claude Code writes each content block of one API response as
+  its own record; records sharing ``message.id`` are merged into one message
+  (at the first record's place) whose id is that ``message.id``. ``text`` →
+  text, ``tool_use`` → a ``ToolCall`` with ``input`` dumped as JSON
+  arguments, ``thinking``/``redacted_thinking`` dropped. ``meta.usage`` comes
+  from the group's last record: prompt tokens = ``input_tokens`` +
+  ``cache_read_input_tokens`` + ``cache_creation_input_tokens`` (the context
+  size), completion = ``output_tokens``; the two cache numbers are kept.
+- **User**: ``tool_result`` blocks become tool messages (text, or text and
+  images; ``is_error`` → ``meta.tool_error``), placed before any other text
+  of the record, which becomes one user message. Ids: the record's ``uuid``
+  (``<uuid>#2``, ``#3`` … for further messages made from one record).
+  ``isMeta`` user records (written by Claude Code, not typed) are marked
+  ``meta.synthetic``.
+
+Claude Code does not write the system prompt or the tool schemas into the
+transcript, so ``system`` and ``tools`` are empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+from cairn.messages import ContentPart, Message, MessageMeta, TextPart, ToolCall, Usage
+from cairn.replay.importers._common import (
+    Draft,
+    IdMaker,
+    Loaded,
+    RecordError,
+    SessionBuilder,
+    Source,
+    content_part,
+    content_parts,
+    count,
+    dump_json,
+    kind_of,
+    make_content,
+    opt_str,
+    pick_sessions,
+)
+from cairn.replay.session import SessionImportError
+
+FORMAT = "claude-code"
+
+_CONVERSATION = frozenset({"user", "assistant"})
+_DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
+
+def load(source: Source, session: int | None) -> Loaded:
+    pick_sessions(FORMAT, 1, session)
+    warnings: list[str] = []
+    records = source.json_lines(FORMAT, warnings.append)
+    builder = SessionBuilder(source.path.stem, IdMaker(source.digest, 0))
+    # A sub-agent's own file (``agent-<id>.jsonl``) holds only sidechain records:
+    # then they are the conversation.
+    sidechain_file = not any(
+        isinstance(r, dict) and r.get("type") in _CONVERSATION and r.get("isSidechain") is not True
+        for _, r in records
+    )
+    drafts: dict[str, Draft] = {}
+    conversation = 0
+    for number, raw in records:
+        where = f"line {number}"
+        if not isinstance(raw, dict):
+            builder.warn(f"{where}: expected a JSON object, found {kind_of(raw)}; skipped")
+            continue
+        record = cast(Mapping[str, object], raw)
+        kind = record.get("type")
+        if kind not in _CONVERSATION:
+            continue
+        session_id = opt_str(record, "sessionId")
+        if conversation == 0 and session_id:
+            builder.name = session_id
+        if (
+            (record.get("isSidechain") is True and not sidechain_file)
+            or record.get("isCompactSummary") is True
+            or record.get("isVisibleInTranscriptOnly") is True
+        ):
+            continue
+        message = record.get("message")
+        if not isinstance(message, dict):
+            builder.warn(f"{where}: {kind} record has no 'message' object; skipped")
+            continue
+        conversation += 1
+        try:
+            if kind == "assistant":
+                _assistant(record, cast(Mapping[str, object], message), where, builder, drafts)
+            else:
+                _user(record, cast(Mapping[str, object], message), where, builder)
+        except RecordError as exc:
+            builder.warn(f"{exc}; skipped")
+    if conversation == 0:
+        first = records[0][1]
+        seen = f"type {first.get('type')!r}" if isinstance(first, dict) else kind_of(first)
+        raise SessionImportError(
+            f"{FORMAT}: no user or assistant record with a 'message' "
+            f"(line {records[0][0]} has {seen})"
+        )
+    return Loaded((builder.build(),), (*warnings, *builder.warnings))
+
+
+def _assistant(
+    record: Mapping[str, object],
+    message: Mapping[str, object],
+    where: str,
+    builder: SessionBuilder,
+    drafts: dict[str, Draft],
+) -> None:
+    if record.get("isApiErrorMessage") is True or message.get("model") == "<synthetic>":
+        return
+    message_id = opt_str(message, "id") or opt_str(record, "uuid") or builder.ids.next("msg")
+    draft = drafts.get(message_id)
+    if draft is None:
+        draft = drafts[message_id] = builder.add_draft(Draft(message_id), where)
+    content = message.get("content")
+    if isinstance(content, str):
+        draft.add_text(content)
+        content = []
+    if not isinstance(content, list):
+        raise RecordError(f"{where}: message.content must be a string or a list")
+    for block in content:
+        if not isinstance(block, dict):
+            raise RecordError(f"{where}: each content block must be an object")
+        kind = block.get("type")
+        if kind == "tool_use":
+            call_id, name = block.get("id"), block.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                raise RecordError(f"{where}: tool_use block needs string 'id' and 'name'")
+            if any(call.id == call_id for call in draft.calls):
+                builder.warn(f"{where}: tool_use {call_id} written twice; kept once")
+                continue
+            draft.calls.append(ToolCall(call_id, name, dump_json(block.get("input", {}))))
+        elif kind in _DROPPED_BLOCKS:
+            continue
+        else:
+            part = content_part(block)
+            if part is None:
+                builder.warn(f"{where}: content block of type {kind!r} not replayed; skipped")
+            else:
+                draft.parts.append(part)
+    usage = _usage(message.get("usage"))
+    if usage is not None:
+        draft.usage = usage
+
+
+def _user(
+    record: Mapping[str, object],
+    message: Mapping[str, object],
+    where: str,
+    builder: SessionBuilder,
+) -> None:
+    uuid = opt_str(record, "uuid")
+    made = 0
+
+    def next_id() -> str:
+        nonlocal made
+        made += 1
+        if uuid is None:
+            return builder.ids.next("msg")
+        return uuid if made == 1 else f"{uuid}#{made}"
+
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(blocks, list):
+        raise RecordError(f"{where}: message.content must be a string or a list")
+    parts: list[ContentPart] = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            raise RecordError(f"{where}: each content block must be an object")
+        if block.get("type") == "tool_result":
+            call_id = block.get("tool_use_id")
+            result = make_content(content_parts(block.get("content"), where, builder.warn))
+            builder.add(
+                Message(
+                    role="tool",
+                    content=result if result is not None else "",
+                    id=next_id(),
+                    tool_call_id=call_id if isinstance(call_id, str) else None,
+                    meta=MessageMeta(tool_error=block.get("is_error") is True),
+                ),
+                where,
+            )
+        else:
+            part = content_part(block)
+            if part is None:
+                builder.warn(
+                    f"{where}: content block of type {block.get('type')!r} not replayed; skipped"
+                )
+            elif not (isinstance(part, TextPart) and not part.text):
+                parts.append(part)
+    if parts:
+        synthetic = record.get("isMeta") is True
+        builder.add(
+            Message(
+                role="user",
+                content=make_content(parts),
+                id=next_id(),
+                meta=MessageMeta(synthetic=True) if synthetic else MessageMeta(),
+            ),
+            where,
+        )
+
+
+def _usage(raw: object) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    data = cast(Mapping[str, object], raw)
+    fresh = count(data.get("input_tokens"))
+    read = count(data.get("cache_read_input_tokens"))
+    created = count(data.get("cache_creation_input_tokens"))
+    output = count(data.get("output_tokens"))
+    prompt = fresh + read + created
+    if not (prompt or output):
+        return None
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=output,
+        total_tokens=prompt + output,
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=created,
+    )

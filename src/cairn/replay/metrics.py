@@ -1,0 +1,157 @@
+"""What a replay measures, per request and per session, and how sessions add up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from cairn.messages import JSONObject
+
+Policy: TypeAlias = Literal["cairn", "none", "post-response"]
+POLICIES: tuple[Policy, ...] = ("cairn", "none", "post-response")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """One request the recorded agent made, as the policy sent it."""
+
+    index: int
+    #: The request's size counted with the exact tokenizer: what the provider bills.
+    true_tokens: int
+    #: The pipeline's projection of that size before sending (``None``: unknown).
+    projected_tokens: int | None
+    phase: str
+    handoff: bool = False
+    #: Tool results elided by snip or micro compact during this request's check.
+    snipped: int = 0
+    compaction: str | None = None
+    pre_tokens: int | None = None
+    post_tokens: int | None = None
+    overflow: bool = False
+    #: Tokens of the longest prefix shared with the previous request.
+    cache_eligible_tokens: int = 0
+    pipeline_seconds: float = 0.0
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.projected_tokens is None or not self.true_tokens:
+            return None
+        return 100.0 * (self.projected_tokens - self.true_tokens) / self.true_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionError:
+    mean_abs_pct: float = 0.0
+    #: The worst under-estimate, as a positive percentage of the true size.
+    max_under_pct: float = 0.0
+    max_over_pct: float = 0.0
+
+    @classmethod
+    def of(cls, requests: Sequence[RequestMetrics]) -> ProjectionError:
+        errors = [e for r in requests if (e := r.error_pct) is not None]
+        if not errors:
+            return cls()
+        return cls(
+            mean_abs_pct=sum(abs(e) for e in errors) / len(errors),
+            max_under_pct=max(0.0, -min(errors)),
+            max_over_pct=max(0.0, max(errors)),
+        )
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "mean_abs_pct": round(self.mean_abs_pct, 2),
+            "max_under_pct": round(self.max_under_pct, 2),
+            "max_over_pct": round(self.max_over_pct, 2),
+        }
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    name: str
+    policy: Policy
+    window: int
+    input_budget: int
+    requests: tuple[RequestMetrics, ...] = ()
+    #: Why the session was not replayed (e.g. the window is too small), if it was not.
+    skipped: str | None = None
+    #: Compaction records in the replayed transcript (cross-checked against the table).
+    transcript: str | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def overflows(self) -> int:
+        return sum(r.overflow for r in self.requests)
+
+    @property
+    def peak_tokens(self) -> int:
+        return max((r.true_tokens for r in self.requests), default=0)
+
+    @property
+    def compactions(self) -> int:
+        return sum(r.compaction is not None for r in self.requests)
+
+    @property
+    def snips(self) -> int:
+        return sum(r.snipped for r in self.requests)
+
+    @property
+    def handoffs(self) -> int:
+        return sum(r.handoff for r in self.requests)
+
+    @property
+    def billed_prompt_tokens(self) -> int:
+        return sum(r.true_tokens for r in self.requests)
+
+    @property
+    def cache_eligible_tokens(self) -> int:
+        return sum(r.cache_eligible_tokens for r in self.requests)
+
+    @property
+    def pipeline_seconds(self) -> float:
+        return sum(r.pipeline_seconds for r in self.requests)
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """All sessions of one source under one policy."""
+
+    source: str
+    format: str
+    window: int
+    tokenizer: str
+    policy: Policy
+    sessions: tuple[SessionReport, ...]
+
+    @property
+    def requests(self) -> tuple[RequestMetrics, ...]:
+        return tuple(r for s in self.sessions for r in s.requests)
+
+    def to_dict(self) -> JSONObject:
+        sessions = self.sessions
+        requests = self.requests
+        billed = sum(s.billed_prompt_tokens for s in sessions)
+        cached = sum(s.cache_eligible_tokens for s in sessions)
+        return {
+            "source": self.source,
+            "format": self.format,
+            "window": self.window,
+            "input_budget": sessions[0].input_budget if sessions else 0,
+            "tokenizer": self.tokenizer,
+            "policy": self.policy,
+            "sessions": len(sessions),
+            "skipped_sessions": [
+                {"name": s.name, "reason": s.skipped} for s in sessions if s.skipped
+            ],
+            "requests": len(requests),
+            "overflows": sum(s.overflows for s in sessions),
+            "peak_tokens": max((s.peak_tokens for s in sessions), default=0),
+            "compactions": sum(s.compactions for s in sessions),
+            "snips": sum(s.snips for s in sessions),
+            "handoffs": sum(s.handoffs for s in sessions),
+            "billed_prompt_tokens": billed,
+            "cache_eligible_tokens": cached,
+            "cache_eligible_share": round(cached / billed, 4) if billed else 0.0,
+            "projection_error": ProjectionError.of(requests).to_dict(),
+            "pipeline_seconds": round(sum(s.pipeline_seconds for s in sessions), 6),
+        }

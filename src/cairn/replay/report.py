@@ -1,0 +1,237 @@
+"""Replay output: terminal tables, the JSON summary and the report folder."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from cairn.messages import JSONObject, JSONValue
+from cairn.replay.metrics import ProjectionError, ReplaySummary, SessionReport
+from cairn.replay.plot import plot_context
+
+CSV_FIELDS = (
+    "policy",
+    "session",
+    "request",
+    "true_tokens",
+    "projected_tokens",
+    "error_pct",
+    "phase",
+    "handoff",
+    "snipped",
+    "compaction",
+    "pre_tokens",
+    "post_tokens",
+    "overflow",
+    "cache_eligible_tokens",
+    "pipeline_us",
+)
+
+
+def session_row(session: SessionReport) -> list[str]:
+    if session.skipped:
+        return [session.name, "–", "–", "–", "–", "–", "–", "–", "–", session.skipped]
+    billed = session.billed_prompt_tokens
+    share = session.cache_eligible_tokens / billed if billed else 0.0
+    error = ProjectionError.of(session.requests)
+    per_request = 1e3 * session.pipeline_seconds / max(len(session.requests), 1)
+    return [
+        session.name,
+        str(len(session.requests)),
+        str(session.overflows),
+        f"{session.peak_tokens:,}",
+        str(session.compactions),
+        str(session.snips),
+        str(session.handoffs),
+        f"{billed:,}",
+        f"{share:.0%}",
+        f"{error.mean_abs_pct:.1f}% / {per_request:.2f} ms",
+    ]
+
+
+def render_summary(console: Console, summary: ReplaySummary) -> None:
+    table = Table(
+        title=(
+            f"{Path(summary.source).name} · {summary.format} · window {summary.window:,} · "
+            f"policy {summary.policy} · {summary.tokenizer}"
+        ),
+        title_justify="left",
+    )
+    for name in (
+        "session",
+        "requests",
+        "overflows",
+        "peak",
+        "compactions",
+        "snips",
+        "handoffs",
+        "billed",
+        "cached",
+        "proj. err / pipeline",
+    ):
+        table.add_column(name, justify="left" if name == "session" else "right")
+    for session in summary.sessions[:50]:
+        table.add_row(*session_row(session))
+    if len(summary.sessions) > 50:
+        table.add_row(f"… {len(summary.sessions) - 50} more sessions (see --json or --report)")
+    totals = summary.to_dict()
+    if len(summary.sessions) > 1:
+        table.add_section()
+        table.add_row(*_totals_row(totals))
+    console.print(table)
+
+
+def _totals_row(totals: JSONObject) -> list[str]:
+    error = totals["projection_error"]
+    mean = error["mean_abs_pct"] if isinstance(error, dict) else 0
+    return [
+        f"all {totals['sessions']}",
+        str(totals["requests"]),
+        str(totals["overflows"]),
+        f"{totals['peak_tokens']:,}",
+        str(totals["compactions"]),
+        str(totals["snips"]),
+        str(totals["handoffs"]),
+        f"{totals['billed_prompt_tokens']:,}",
+        f"{float(str(totals['cache_eligible_share'])):.0%}",
+        f"{mean}% / {totals['pipeline_seconds']}s",
+    ]
+
+
+COMPARE_ROWS: tuple[tuple[str, str], ...] = (
+    ("requests", "requests"),
+    ("overflows (over the input budget)", "overflows"),
+    ("peak prompt tokens", "peak_tokens"),
+    ("compactions", "compactions"),
+    ("results elided by snip", "snips"),
+    ("handoffs", "handoffs"),
+    ("prompt tokens billed", "billed_prompt_tokens"),
+    ("cache-eligible share", "cache_eligible_share"),
+    ("projection error, mean |%|", "projection_error.mean_abs_pct"),
+    ("worst under-estimate %", "projection_error.max_under_pct"),
+    ("pipeline seconds", "pipeline_seconds"),
+)
+
+
+def render_comparison(console: Console, summaries: Sequence[ReplaySummary]) -> None:
+    first = summaries[0]
+    table = Table(
+        title=f"{Path(first.source).name} · window {first.window:,} · same work, three policies",
+        title_justify="left",
+    )
+    table.add_column("measure")
+    dicts = [s.to_dict() for s in summaries]
+    for summary in summaries:
+        table.add_column(summary.policy, justify="right")
+    for label, key in COMPARE_ROWS:
+        table.add_row(label, *(_format(_lookup(d, key), key) for d in dicts))
+    console.print(table)
+
+
+def _lookup(data: JSONObject, key: str) -> JSONValue:
+    value: JSONValue = data
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _format(value: JSONValue, key: str) -> str:
+    if key == "cache_eligible_share" and isinstance(value, float):
+        return f"{value:.1%}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def summary_json(summaries: Sequence[ReplaySummary]) -> JSONObject:
+    """One summary object, or (``--compare``) the common keys plus one object per policy."""
+    if len(summaries) == 1:
+        return summaries[0].to_dict()
+    first = summaries[0].to_dict()
+    return {
+        "source": first["source"],
+        "format": first["format"],
+        "window": first["window"],
+        "tokenizer": first["tokenizer"],
+        "policies": {s.policy: s.to_dict() for s in summaries},
+    }
+
+
+def write_report(
+    directory: Path,
+    summaries: Sequence[ReplaySummary],
+    *,
+    handoff_ratio: float,
+    compact_ratio: float,
+) -> list[Path]:
+    """Write ``report.json``, ``requests.csv`` and ``context.png`` into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    report = {
+        **summary_json(summaries),
+        "details": [
+            {
+                "policy": s.policy,
+                "sessions": [_session_json(session) for session in s.sessions],
+            }
+            for s in summaries
+        ],
+    }
+    json_path = directory / "report.json"
+    json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    csv_path = directory / "requests.csv"
+    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_FIELDS)
+        for summary in summaries:
+            for session in summary.sessions:
+                for r in session.requests:
+                    error = r.error_pct
+                    writer.writerow(
+                        [
+                            summary.policy,
+                            session.name,
+                            r.index,
+                            r.true_tokens,
+                            "" if r.projected_tokens is None else r.projected_tokens,
+                            "" if error is None else f"{error:.2f}",
+                            r.phase,
+                            int(r.handoff),
+                            r.snipped,
+                            r.compaction or "",
+                            "" if r.pre_tokens is None else r.pre_tokens,
+                            "" if r.post_tokens is None else r.post_tokens,
+                            int(r.overflow),
+                            r.cache_eligible_tokens,
+                            round(r.pipeline_seconds * 1e6, 1),
+                        ]
+                    )
+    png = plot_context(
+        summaries,
+        directory / "context.png",
+        handoff_ratio=handoff_ratio,
+        compact_ratio=compact_ratio,
+    )
+    return [json_path, csv_path, png]
+
+
+def _session_json(session: SessionReport) -> JSONObject:
+    return {
+        "name": session.name,
+        "skipped": session.skipped,
+        "transcript": session.transcript,
+        "requests": len(session.requests),
+        "overflows": session.overflows,
+        "peak_tokens": session.peak_tokens,
+        "compactions": session.compactions,
+        "snips": session.snips,
+        "handoffs": session.handoffs,
+        "billed_prompt_tokens": session.billed_prompt_tokens,
+        "cache_eligible_tokens": session.cache_eligible_tokens,
+        "projection_error": ProjectionError.of(session.requests).to_dict(),
+        "pipeline_seconds": round(session.pipeline_seconds, 6),
+    }

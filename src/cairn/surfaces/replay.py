@@ -1,0 +1,153 @@
+"""``cairn replay``: run a recorded session through the pipeline and show what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from cairn.context.config import CompactionConfig
+from cairn.replay.engine import ReplayOptions, replay_sessions
+from cairn.replay.metrics import POLICIES, Policy, ReplaySummary, RequestMetrics
+from cairn.replay.report import render_comparison, render_summary, summary_json, write_report
+from cairn.replay.session import ImportResult, SessionImportError
+from cairn.tokens import TokenizerError, get_tokenizer
+
+EXIT_ERROR = 2
+SUMMARIZERS = ("fallback", "llm")
+
+
+class ReplayUsageError(ValueError):
+    """Arguments that cannot work together; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ReplayArgs:
+    path: Path
+    format: str
+    session: int | None
+    window: int
+    tokenizer: str
+    summarizer: str
+    policy: Policy
+    compare: bool
+    as_json: bool
+    report: Path | None
+
+
+def run_replay(args: ReplayArgs) -> int:
+    err = Console(stderr=True)
+    try:
+        imported, config = _prepare(args)
+    except (SessionImportError, ReplayUsageError, TokenizerError) as exc:
+        print(f"cairn replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    policies: Sequence[Policy] = POLICIES if args.compare else (args.policy,)
+    total = sum(1 for s in imported.sessions for m in s.messages if m.role == "assistant")
+    with (
+        _transcripts_dir(args.report) as folder,
+        _progress(err, total * len(policies), args) as tick,
+    ):
+        summaries = [
+            ReplaySummary(
+                source=str(args.path),
+                format=imported.format,
+                window=args.window,
+                tokenizer=args.tokenizer,
+                policy=policy,
+                sessions=tuple(
+                    asyncio.run(
+                        replay_sessions(
+                            imported.sessions,
+                            ReplayOptions(args.window, policy, args.tokenizer, config),
+                            folder / policy if len(policies) > 1 else folder,
+                            on_request=tick,
+                        )
+                    )
+                ),
+            )
+            for policy in policies
+        ]
+        written = (
+            write_report(
+                args.report,
+                summaries,
+                handoff_ratio=config.handoff_ratio,
+                compact_ratio=config.compact_ratio,
+            )
+            if args.report is not None
+            else []
+        )
+    if args.as_json:
+        sys.stdout.buffer.write(orjson.dumps(summary_json(summaries)) + b"\n")
+        sys.stdout.flush()
+        return 0
+    out = Console()
+    for warning in imported.warnings[:20]:
+        err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    if len(imported.warnings) > 20:
+        err.print(f"[yellow]warning:[/] … {len(imported.warnings) - 20} more")
+    for summary in summaries:
+        render_summary(out, summary)
+    if len(summaries) > 1:
+        render_comparison(out, summaries)
+    for path in written:
+        out.print(f"wrote {path}", highlight=False)
+    return 0
+
+
+def _prepare(args: ReplayArgs) -> tuple[ImportResult, CompactionConfig]:
+    if args.summarizer not in SUMMARIZERS:
+        raise ReplayUsageError(f"unknown summarizer {args.summarizer!r}; choose fallback or llm")
+    if args.summarizer == "llm":
+        raise ReplayUsageError(
+            "--summarizer llm needs the LLM compaction provider, which this version lacks; "
+            "use --summarizer fallback"
+        )
+    try:
+        config = CompactionConfig(context_window=args.window)
+    except ValidationError:
+        raise ReplayUsageError(
+            f"--window must be at least 1024 tokens, got {args.window}"
+        ) from None
+    get_tokenizer(args.tokenizer)  # fail before any work if it is unknown or not installed
+    from cairn.replay.importers import import_sessions
+
+    imported = import_sessions(args.path, args.format, args.session)
+    if not imported.sessions:
+        raise SessionImportError(f"{args.path}: no session to replay")
+    return imported, config
+
+
+@contextmanager
+def _transcripts_dir(report: Path | None) -> Iterator[Path]:
+    if report is not None:
+        report.mkdir(parents=True, exist_ok=True)
+        yield report
+        return
+    with tempfile.TemporaryDirectory(prefix="cairn-replay-") as folder:
+        yield Path(folder)
+
+
+@contextmanager
+def _progress(
+    console: Console, total: int, args: ReplayArgs
+) -> Iterator[Callable[[RequestMetrics], None]]:
+    """A progress bar on a terminal for long replays; silent otherwise."""
+    if args.as_json or not console.is_terminal or total < 200:
+        yield lambda _: None
+        return
+    with Progress(
+        TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
+    ) as progress:
+        task = progress.add_task("replay", total=total)
+        yield lambda _: progress.advance(task)
