@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # three policies, write the report and plot to demo-output/ (offline).
 DEMO_SESSION := examples/sessions/ctf-web-i_got_id_demo.traj
 demo: $(STAMP)
-	$(BIN)/cairn replay $(DEMO_SESSION) --window 8192 --compare --report demo-output
+	$(BIN)/cairn replay $(DEMO_SESSION) --window 12288 --compare --report demo-output
 	$(BIN)/cairn inspect demo-output/cairn/transcript.jsonl
 
 lint: $(STAMP)

@@ -28,6 +28,7 @@ def plot_context(
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError as exc:
         raise PlotUnavailableError("the plot needs matplotlib: pip install 'cairn[plot]'") from exc
 
@@ -68,6 +69,7 @@ def plot_context(
     boundaries = _session_starts(first)
     for x in boundaries[1:]:
         axes.axvline(x - 0.5, color="lightgray", linewidth=0.8)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("request")
     axes.set_ylabel("prompt tokens (exact)")
     axes.set_title(f"{Path(first.source).name} — context per request ({first.tokenizer})")

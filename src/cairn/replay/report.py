@@ -35,11 +35,9 @@ CSV_FIELDS = (
 
 def session_row(session: SessionReport) -> list[str]:
     if session.skipped:
-        return [session.name, "–", "–", "–", "–", "–", "–", "–", "–", session.skipped]
+        return [session.name, "–", "–", "–", "–", "–", "–", session.skipped]
     billed = session.billed_prompt_tokens
     share = session.cache_eligible_tokens / billed if billed else 0.0
-    error = ProjectionError.of(session.requests)
-    per_request = 1e3 * session.pipeline_seconds / max(len(session.requests), 1)
     return [
         session.name,
         str(len(session.requests)),
@@ -47,60 +45,40 @@ def session_row(session: SessionReport) -> list[str]:
         f"{session.peak_tokens:,}",
         str(session.compactions),
         str(session.snips),
-        str(session.handoffs),
         f"{billed:,}",
         f"{share:.0%}",
-        f"{error.mean_abs_pct:.1f}% / {per_request:.2f} ms",
     ]
 
 
 def render_summary(console: Console, summary: ReplaySummary) -> None:
-    table = Table(
-        title=(
-            f"{Path(summary.source).name} · {summary.format} · window {summary.window:,} · "
-            f"policy {summary.policy} · {summary.tokenizer}"
-        ),
-        title_justify="left",
+    """One policy: a measure/value table for one session, one row per session otherwise."""
+    title = (
+        f"{Path(summary.source).name} · {summary.format} · window {summary.window:,} · "
+        f"policy {summary.policy} · {summary.tokenizer}"
     )
-    for name in (
-        "session",
-        "requests",
-        "overflows",
-        "peak",
-        "compactions",
-        "snips",
-        "handoffs",
-        "billed",
-        "cached",
-        "proj. err / pipeline",
-    ):
+    if len(summary.sessions) == 1:
+        render_comparison(console, [summary], title=title)
+        return
+    table = Table(title=title, title_justify="left")
+    for name in ("session", "req", "over", "peak", "comp", "snips", "billed", "cached"):
         table.add_column(name, justify="left" if name == "session" else "right")
     for session in summary.sessions[:50]:
         table.add_row(*session_row(session))
     if len(summary.sessions) > 50:
-        table.add_row(f"… {len(summary.sessions) - 50} more sessions (see --json or --report)")
+        table.add_row(f"… {len(summary.sessions) - 50} more (see --json or --report)")
     totals = summary.to_dict()
-    if len(summary.sessions) > 1:
-        table.add_section()
-        table.add_row(*_totals_row(totals))
-    console.print(table)
-
-
-def _totals_row(totals: JSONObject) -> list[str]:
-    error = totals["projection_error"]
-    mean = error["mean_abs_pct"] if isinstance(error, dict) else 0
-    return [
+    table.add_section()
+    table.add_row(
         f"all {totals['sessions']}",
         str(totals["requests"]),
         str(totals["overflows"]),
-        f"{totals['peak_tokens']:,}",
+        _format(totals["peak_tokens"], "peak_tokens"),
         str(totals["compactions"]),
         str(totals["snips"]),
-        str(totals["handoffs"]),
-        f"{totals['billed_prompt_tokens']:,}",
-        f"{float(str(totals['cache_eligible_share'])):.0%}",
-        f"{mean}% / {totals['pipeline_seconds']}s",
-    ]
+        _format(totals["billed_prompt_tokens"], "billed_prompt_tokens"),
+        _format(totals["cache_eligible_share"], "cache_eligible_share"),
+    )
+    console.print(table)
 
 
 COMPARE_ROWS: tuple[tuple[str, str], ...] = (
@@ -118,12 +96,13 @@ COMPARE_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def render_comparison(console: Console, summaries: Sequence[ReplaySummary]) -> None:
+def render_comparison(
+    console: Console, summaries: Sequence[ReplaySummary], *, title: str | None = None
+) -> None:
+    """Measures down, policies across: the same work under each policy."""
     first = summaries[0]
-    table = Table(
-        title=f"{Path(first.source).name} · window {first.window:,} · same work, three policies",
-        title_justify="left",
-    )
+    heading = f"{Path(first.source).name} · window {first.window:,} · same work, three policies"
+    table = Table(title=title or heading, title_justify="left")
     table.add_column("measure")
     dicts = [s.to_dict() for s in summaries]
     for summary in summaries:

@@ -96,8 +96,9 @@ def run_replay(args: ReplayArgs) -> int:
         err.print(f"[yellow]warning:[/] {warning}", highlight=False)
     if len(imported.warnings) > 20:
         err.print(f"[yellow]warning:[/] … {len(imported.warnings) - 20} more")
-    for summary in summaries:
-        render_summary(out, summary)
+    if len(summaries) == 1 or len(imported.sessions) > 1:
+        for summary in summaries:
+            render_summary(out, summary)
     if len(summaries) > 1:
         render_comparison(out, summaries)
     for path in written:
