@@ -384,3 +384,12 @@ def test_breaker_keys_isolate_sessions_and_normalize_workspaces(tmp_path: object
     assert breaker.is_open(breaker_key("/ws", "s1"))
     assert not breaker.is_open(breaker_key("/ws", "s2"))
     assert not breaker.is_open(breaker_key("/other", "s1"))
+
+
+def test_compaction_would_help_only_after_regrowth() -> None:
+    from cairn.context.budget import compaction_would_help
+
+    assert compaction_would_help(9_000, None, 10_000)
+    assert not compaction_would_help(9_000, 8_500, 10_000)
+    assert not compaction_would_help(9_499, 8_500, 10_000)
+    assert compaction_would_help(9_500, 8_500, 10_000)

@@ -205,8 +205,23 @@ def test_no_second_compaction_on_the_same_loop_before_a_response(tmp_path: Path)
     second = run(p.check_and_compact(FIXED))
     assert second.compaction is None
     assert any("not compacting again" in w for w in second.warnings)
-    respond(p, first.after.tokens or 0)
+
+
+def test_a_compaction_that_cannot_get_under_the_line_is_not_repeated_until_growth(
+    tmp_path: Path,
+) -> None:
+    """No compaction loop: the same mandatory content would land in the same place."""
+    p = make(tmp_path)
+    p.add(user("constraint: " + "keep this exact text. " * 5_000))
+    first = run(p.check_and_compact(FIXED))
+    assert first.compaction is not None
+    respond(p, first.after.tokens or 0)  # the provider confirms: still over the line
     p.add(user("next"))
+    again = run(p.check_and_compact(FIXED))
+    assert again.compaction is None
+    assert any("could not get under the compaction line" in w for w in again.warnings)
+    # Once the context has grown by a tenth of the budget, compacting can help again.
+    p.add(user("a new requirement " * 700))
     assert run(p.check_and_compact(FIXED)).compaction is not None
 
 

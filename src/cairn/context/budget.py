@@ -40,3 +40,19 @@ def phase_for(tokens: int, budget: int, handoff_ratio: float, compact_ratio: flo
 def handoff_line(budget: int, handoff_ratio: float) -> int:
     """The largest token count still below the handoff band."""
     return max(math.ceil(handoff_ratio * budget) - 1, 0)
+
+
+#: After a compaction that could not bring the context under the compaction
+#: line, the context must grow by this share of the input budget before
+#: another compaction is worth its cost: compacting the same content again
+#: would land in the same place.
+REGROWTH_RATIO = 0.10
+
+
+def compaction_would_help(tokens: int, floor: int | None, budget: int) -> bool:
+    """Whether compacting at ``tokens`` can do better than the last compaction did.
+
+    ``floor`` is the size the last compaction reached when that was still at
+    or over the compaction line (``None`` when it got under it).
+    """
+    return floor is None or tokens >= floor + REGROWTH_RATIO * budget

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cairn.context.breaker import CompactionBreaker, breaker_key
-from cairn.context.budget import handoff_line
+from cairn.context.budget import compaction_would_help, handoff_line
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
 from cairn.context.handoff import HandoffLedger, build_handoff_message
@@ -117,6 +117,8 @@ class ContextPipeline:
         #: The fixed context of the last checked request (what the next response answers).
         self._fixed_tokens: int | None = None
         self._compacted_since_response = False
+        #: The true size right after a compaction that could not get under the line.
+        self._floor: int | None = None
         self._compacting = False
         records = store.transcript().records
         self._handoffs = HandoffLedger.from_records(
@@ -181,9 +183,15 @@ class ContextPipeline:
         becomes the projection's new baseline.
         """
         self._store.append(MessageRecord(message))
-        if message.role == "assistant" and message.meta.usage is not None:
+        usage = message.meta.usage
+        if message.role == "assistant" and usage is not None:
             self._tracker.observe(self.messages, self._fixed_tokens, self._revision)
             self._last_call = self._clock()
+            if self._compacted_since_response:
+                # The provider's count of the compacted context: did it get under the line?
+                budget = self._tracker.input_budget
+                under = budget is None or usage.context_tokens < self.config.compact_ratio * budget
+                self._floor = None if under else usage.context_tokens
             self._compacted_since_response = False
 
     def add_tool_results(self, results: Sequence[Message]) -> list[Message]:
@@ -242,10 +250,18 @@ class ContextPipeline:
             snapshot = self._tracker.snapshot(snapshot.tokens - saved, before.source)
 
         if snapshot.phase == "compaction_due":
+            budget = snapshot.input_budget or 0
             if self._compacted_since_response:
                 warnings.append(
                     "compaction already ran before this request; not compacting again "
                     "until the provider answers"
+                )
+            elif not compaction_would_help(snapshot.tokens or 0, self._floor, budget):
+                warnings.append(
+                    f"the last compaction could not get under the compaction line "
+                    f"({self._floor:,} tokens: the system prompt, tools and the user's own "
+                    "messages, which it must keep); not compacting again until the context "
+                    "grows"
                 )
             else:
                 outcome = await self._auto_compact(view, fixed, before, warnings)

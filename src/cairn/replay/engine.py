@@ -93,17 +93,10 @@ async def replay_session(
     count = tokens or MessageTokens(options.tokenizer)
     fixed = FixedContext(session.system, session.tools)
     fixed_true = count.fixed(fixed)
-    if fixed_true >= budget:
-        return SessionReport(
-            session.name,
-            options.policy,
-            options.window,
-            budget,
-            skipped=(
-                f"window too small: the system prompt and tool schemas alone take "
-                f"{fixed_true:,} tokens of the {budget:,}-token input budget"
-            ),
-        )
+    line = config.compact_ratio * budget
+    skipped = _window_too_small(session, fixed_true, line, budget, count)
+    if skipped is not None:
+        return SessionReport(session.name, options.policy, options.window, budget, skipped=skipped)
     transcript_path.parent.mkdir(parents=True, exist_ok=True)
     if transcript_path.exists():
         transcript_path.unlink()
@@ -137,6 +130,31 @@ async def replay_session(
         tuple(replay.metrics),
         transcript=str(transcript_path),
     )
+
+
+def _window_too_small(
+    session: RecordedSession, fixed_true: int, line: float, budget: int, count: MessageTokens
+) -> str | None:
+    """Why no policy can run this session in the window, if none can.
+
+    Every request carries the system prompt and tool schemas, and compaction
+    must keep everything the user wrote (the active-task checkpoint): when
+    those alone reach the compaction line, every request would need a
+    compaction that cannot help, and the compact block pushes it over.
+    """
+    if fixed_true >= budget:
+        return (
+            f"window too small: the system prompt and tool schemas alone take "
+            f"{fixed_true:,} tokens of the {budget:,}-token input budget"
+        )
+    typed = sum(count(m) for m in session.messages if m.role == "user" and not m.meta.synthetic)
+    if fixed_true + typed >= line:
+        return (
+            f"window too small: the system prompt and tool schemas ({fixed_true:,} tokens) "
+            f"and the user's own messages, which compaction must keep ({typed:,}), reach "
+            f"the compaction line ({int(line):,} of the {budget:,}-token input budget)"
+        )
+    return None
 
 
 class _Replay:
