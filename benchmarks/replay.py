@@ -102,6 +102,15 @@ def markdown(rows: list[JSONObject], meta: JSONObject) -> str:
         "exact of the size Cairn projected before sending; *under* is the worst",
         "under-estimate.",
         "",
+        "## Totals over every session",
+        "",
+        "| window | policy | requests | overflows | compactions | snips | handoffs "
+        "| billed prompt tokens | cached | mean proj. err |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *_totals(rows),
+        "",
+        "## Per session file",
+        "",
         "| session file | window | policy | requests | overflows | peak | compactions "
         "| snips | handoffs | billed | cached | proj. err | under | µs/request |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -128,6 +137,31 @@ def markdown(rows: list[JSONObject], meta: JSONObject) -> str:
     if skipped:
         lines += ["", "Sessions not replayed:", "", *skipped]
     return "\n".join(lines) + "\n"
+
+
+def _totals(rows: list[JSONObject]) -> list[str]:
+    lines = []
+    for window in WINDOWS:
+        for policy in POLICIES:
+            group = [r for r in rows if r["window"] == window and r["policy"] == policy]
+
+            def total(key: str, group: list[JSONObject] = group) -> int:
+                return sum(int(str(r[key])) for r in group)
+
+            billed = total("billed_prompt_tokens")
+            cached = total("cache_eligible_tokens")
+            requests = total("requests")
+            weighted = sum(
+                float(str(r["projection_error"]["mean_abs_pct"])) * int(str(r["requests"]))  # type: ignore[index]
+                for r in group
+            )
+            lines.append(
+                f"| {window // 1024}k | {policy} | {requests:,} | {total('overflows')} "
+                f"| {total('compactions')} | {total('snips')} | {total('handoffs')} "
+                f"| {billed:,} | {cached / billed if billed else 0:.0%} "
+                f"| {weighted / requests if requests else 0:.1f}% |"
+            )
+    return lines
 
 
 def main() -> int:
