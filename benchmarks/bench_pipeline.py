@@ -52,6 +52,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from _content import ASSISTANT, CODE, GREP, LOG, PROSE, PROSE_CJK, TOOLS
 from cairn.context.budget import input_budget
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffects
@@ -81,70 +82,6 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "pipeline.json"
 # ---------------------------------------------------------------------------
 # Realistic content
 
-_PROSE = [
-    "The failing test only shows up when the cache is cold, so I suspect the loader.",
-    "Please keep the public API unchanged and add a regression test for this case.",
-    "Can you also check whether the retry logic handles a 429 with a Retry-After header?",
-    "I'd rather not add a new dependency for this; the standard library should be enough.",
-    "Run the whole suite before you finish, and tell me if anything is flaky.",
-    "The CI log says the migration timed out after 300 seconds on the staging database.",
-    "Let's rename the helper to something that says what it returns, not how.",
-]
-_PROSE_CJK = [
-    "这个函数在处理空列表时会抛出异常，请修复并补充测试。",
-    "请不要修改公共接口，保持向后兼容。",
-    "日志里显示连接池耗尽了，可能是某个地方没有释放连接。",
-    "テストが時々失敗します。タイムアウトの設定を確認してください。",
-    "배포 스크립트가 환경 변수를 읽지 못합니다.",
-]
-_ASSISTANT = [
-    "Let me look at the implementation first.",
-    "The stack trace points at the parser; I'll read that module and its tests.",
-    "That explains it: the loop exits before the last chunk is flushed. Fixing it now.",
-    "I'll run the focused tests, then the whole suite.",
-    "Both call sites pass a list, so changing the default is safe.",
-    "The change is in; the regression test failed before and passes now.",
-]
-_CODE = [
-    "def load(path: Path) -> list[Record]:",
-    '    """Read every record of ``path`` in file order."""',
-    "    records: list[Record] = []",
-    "    with path.open('rb') as handle:",
-    "        for number, line in enumerate(handle, start=1):",
-    "            if not line.strip():",
-    "                continue",
-    "            records.append(parse(line, number))",
-    "    return records",
-    "class RetryPolicy:",
-    "    max_attempts: int = 3",
-    "    backoff: float = 0.5",
-    "    def delay(self, attempt: int) -> float:",
-    "        return self.backoff * (2 ** attempt)",
-    "import asyncio",
-    "from dataclasses import dataclass, field",
-    "    # 兼容旧版本的配置格式",
-    "    if config.get('timeout') is None:",
-    "        raise ConfigError(f'missing timeout in {source}')",
-]
-_LOG = [
-    "tests/test_loader.py::test_empty_file PASSED",
-    "tests/test_loader.py::test_torn_line PASSED",
-    "tests/test_retry.py::test_retry_after_header FAILED",
-    "E       AssertionError: assert 0.5 == 2.0",
-    "E        +  where 0.5 = RetryPolicy().delay(0)",
-    "src/app/retry.py:41: AssertionError",
-    "============ 1 failed, 212 passed, 3 skipped in 14.02s ============",
-    "WARNING  urllib3.connectionpool: Retrying (Retry(total=2)) after connection broken",
-    "2025-06-03 09:14:02,117 INFO  migrate: applying 0042_add_index ... OK",
-]
-_GREP = [
-    "src/app/loader.py:17:def load(path: Path) -> list[Record]:",
-    "src/app/cli.py:88:    records = load(args.path)",
-    "tests/test_loader.py:12:    assert load(tmp_path / 'empty.jsonl') == []",
-    "src/app/retry.py:41:        return self.backoff * (2 ** attempt)",
-    "docs/usage.md:54:The loader reads every record in file order.",
-]
-_TOOLS = ("read_file", "grep", "bash", "edit_file")
 _SYSTEM = (
     "You are a coding agent working in the user's repository. Read before you edit, "
     "keep changes minimal, run the tests you touch, and report what you verified."
@@ -208,13 +145,13 @@ class Generator:
 
     def user(self) -> Message:
         rng = self.text
-        parts = rng.choices(_PROSE, k=rng.randint(1, 4))
+        parts = rng.choices(PROSE, k=rng.randint(1, 4))
         if rng.random() < 0.3:
-            parts += rng.choices(_PROSE_CJK, k=rng.randint(1, 2))
+            parts += rng.choices(PROSE_CJK, k=rng.randint(1, 2))
         return Message(role="user", content=" ".join(parts))
 
     def call(self) -> ToolCall:
-        name = self.shape.choice(_TOOLS)
+        name = self.shape.choice(TOOLS)
         rng = self.text
         path = f"src/app/{rng.choice(('loader', 'retry', 'cli', 'config'))}.py"
         args: dict[str, object]
@@ -225,12 +162,12 @@ class Generator:
         elif name == "bash":
             args = {"command": f"python -m pytest tests -q -k {rng.choice(('loader', 'retry'))}"}
         else:
-            args = {"path": path, "old": rng.choice(_CODE), "new": rng.choice(_CODE)}
+            args = {"path": path, "old": rng.choice(CODE), "new": rng.choice(CODE)}
         return ToolCall(new_id("call"), name, orjson.dumps(args).decode())
 
     def assistant(self, calls: tuple[ToolCall, ...]) -> Message:
         rng = self.text
-        text = " ".join(rng.choices(_ASSISTANT, k=rng.randint(1, 3)))
+        text = " ".join(rng.choices(ASSISTANT, k=rng.randint(1, 3)))
         self.prompt_tokens += self.shape.randint(300, 2_000)
         completion = rng.randint(40, 600)
         usage = Usage(
@@ -250,7 +187,7 @@ class Generator:
     def result(self, call: ToolCall) -> Message:
         lo, hi = self.result_bytes
         size = int(self.shape.randint(lo, hi) * self.scale)
-        pool = {"read_file": _CODE, "grep": _GREP, "bash": _LOG}.get(call.name)
+        pool = {"read_file": CODE, "grep": GREP, "bash": LOG}.get(call.name)
         text = self._lines(pool, size) if pool else f"Edited {call.arguments[:60]}: 1 replacement."
         error = call.name == "bash" and self.shape.random() < 0.1
         return Message(

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cairn.durable import fsync_dir, write_all
 from cairn.messages import JSONValue, Message
 from cairn.tokens import TextKind, estimate_tokens
 
@@ -323,12 +324,12 @@ def write_durably(path: Path, data: bytes) -> None:
     temp = Path(temp_name)
     try:
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         temp.replace(path)  # os.replace: atomic on POSIX
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except OSError as exc:
         with contextlib.suppress(OSError):
             temp.unlink()  # a no-op once renamed; the renamed file holds the full text
@@ -354,21 +355,4 @@ def _make_dirs(directory: Path) -> None:
     for new in reversed(missing):
         # A name that exists but is not a directory makes ``mkdir`` raise, as it should.
         new.mkdir(exist_ok=True)
-        _fsync_dir(new.parent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written == 0:
-            raise OSError(errno.EIO, "write returned 0 bytes")
-        view = view[written:]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(new.parent)

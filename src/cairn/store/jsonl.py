@@ -23,6 +23,7 @@ from types import TracebackType
 
 import orjson
 
+from cairn.durable import fsync_dir, write_all
 from cairn.store.base import (
     NotATranscriptError,
     Transcript,
@@ -139,9 +140,9 @@ class JsonlTranscriptStore:
             raise TranscriptWriteError(f"{path} already exists; open it to resume") from None
         try:
             _lock(fd, path)
-            _write_all(fd, encode_record(header))
+            write_all(fd, encode_record(header))
             os.fsync(fd)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         except BaseException:
             os.close(fd)
             raise
@@ -170,7 +171,7 @@ class JsonlTranscriptStore:
                 transcript.warnings.append(f"the torn last line was moved to {aside}")
             elif data and not data.endswith(b"\n"):
                 # A complete record whose newline was lost: finish the line.
-                _write_all(fd, b"\n")
+                write_all(fd, b"\n")
                 os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -237,7 +238,7 @@ class JsonlTranscriptStore:
     def _write(self, line: bytes, *, durable: bool) -> None:
         self._check_open()
         try:
-            _write_all(self._fd, line)
+            write_all(self._fd, line)
             if durable:
                 os.fsync(self._fd)
         except OSError as exc:
@@ -267,15 +268,6 @@ def _lock(fd: int, path: Path) -> None:
         raise
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written == 0:
-            raise OSError(errno.EIO, "write returned 0 bytes")
-        view = view[written:]
-
-
 def _read_all(fd: int) -> bytes:
     size = os.fstat(fd).st_size
     chunks: list[bytes] = []
@@ -289,14 +281,6 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _move_aside(path: Path, torn: bytes) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     aside = path.with_name(f"{path.name}.torn-{stamp}")
@@ -304,7 +288,7 @@ def _move_aside(path: Path, torn: bytes) -> Path:
         handle.write(torn)
         handle.flush()
         os.fsync(handle.fileno())
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return aside
 
 
