@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from cairn.replay.metrics import ReplaySummary
 from cairn.replay.report import summary_json, write_report
 from cairn.replay.session import RecordedSession
 from cairn.store import ApiView, MessageRecord, read_transcript
+from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
 
 
 def long_session(rounds: int = 40, output_lines: int = 120) -> RecordedSession:
@@ -174,8 +176,14 @@ def write_openai(path: Path, session: RecordedSession) -> Path:
     return path
 
 
-def cairn(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn", *args], capture_output=True, text=True)
+def cairn(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "CAIRN_MODEL"}
+    return subprocess.run(
+        [sys.executable, "-m", "cairn", *args],
+        capture_output=True,
+        text=True,
+        env={**environ, **(env or {})},
+    )
 
 
 def test_cairn_replay_json_on_an_openai_chat_file(tmp_path: Path) -> None:
@@ -213,7 +221,8 @@ def test_cairn_replay_compare_and_report(tmp_path: Path) -> None:
         (["missing.json", "--window", "16384"], "missing.json"),
         (["{path}", "--window", "100"], "--window must be at least 1024"),
         (["{path}", "--window", "16384", "--tokenizer", "gpt-9"], "unknown tokenizer 'gpt-9'"),
-        (["{path}", "--window", "16384", "--summarizer", "llm"], "--summarizer fallback"),
+        (["{path}", "--window", "16384", "--summarizer", "llm"], "set CAIRN_MODEL"),
+        (["{path}", "--window", "16384", "--summarizer", "gpt"], "unknown summarizer 'gpt'"),
     ],
 )
 def test_cairn_replay_errors_are_one_line(tmp_path: Path, args: list[str], says: str) -> None:
@@ -223,3 +232,20 @@ def test_cairn_replay_errors_are_one_line(tmp_path: Path, args: list[str], says:
     assert says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+def test_cairn_replay_with_the_llm_summarizer_uses_the_configured_endpoint(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    path = write_openai(tmp_path / "chat.json", long_session())
+    summary = "<summary>\n## Objective and constraints\nFix the CSV export.\n</summary>"
+    openai_server.script(*(Reply(text=summary) for _ in range(20)))
+    env = {"CAIRN_MODEL": "test-model", "OPENAI_BASE_URL": openai_server.base_url}
+    report = str(tmp_path / "r")
+    args = ["replay", str(path), "--window", "8192", "--summarizer", "llm", "--report", report]
+    done = cairn(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    records = compaction_records(tmp_path / "r" / "transcript.jsonl")
+    assert records and all(r.strategy == "llm" for r in records)
+    assert len(openai_server.requests) == len(records)
+    assert all(b["model"] == "test-model" for b in openai_server.bodies)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -20,7 +20,10 @@ from cairn.context.breaker import CompactionBreaker, breaker_key
 from cairn.context.budget import compaction_would_help, handoff_line
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
+from cairn.context.events import CompactionListener, NoListener
 from cairn.context.handoff import HandoffLedger, build_handoff_message
+from cairn.context.hooks import CompactionBlockedError, CompactionHooks, NoHooks
+from cairn.context.restore import RestorationSource, build_restoration
 from cairn.context.snip import apply_edits, micro_compact_edits, snip_edits
 from cairn.context.summarizer import (
     FallbackSummarizer,
@@ -32,7 +35,8 @@ from cairn.context.summarizer import (
 )
 from cairn.context.tool_budget import apply_tool_budget, tool_budget_for
 from cairn.context.tracker import ContextTokenTracker, FixedContext, TokenSnapshot
-from cairn.messages import KIND_HANDOFF, Message
+from cairn.messages import KIND_HANDOFF, KIND_PLAN_REMINDER, Message
+from cairn.provider.errors import ContextLimitError
 from cairn.store.base import StoreError, TranscriptStore, TranscriptWriteError
 from cairn.store.jsonl import JsonlTranscriptStore
 from cairn.store.paths import new_session_id, normalize_workspace, session_path
@@ -49,6 +53,7 @@ from cairn.store.records import (
     Strategy,
     Trigger,
 )
+from cairn.store.views import compact_block
 from cairn.tokens import message_counter
 
 
@@ -62,6 +67,16 @@ class CompactionFailedError(RuntimeError):
     """A manual compaction failed; an error block was written to the session."""
 
 
+class ContextWindowExceededError(RuntimeError):
+    """The provider refused the request as too long and it cannot be recovered here.
+
+    ``code`` is ``invalid_request``, as the provider's own error; the message is
+    meant for the user.
+    """
+
+    code = "invalid_request"
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionOutcome:
     record_id: str
@@ -70,6 +85,17 @@ class CompactionOutcome:
     pre_tokens: int
     post_tokens: int
     summary: str
+
+    @classmethod
+    def of(cls, record: CompactionRecord) -> CompactionOutcome:
+        return cls(
+            record.id,
+            record.trigger,
+            record.strategy,
+            record.pre_tokens,
+            record.post_tokens,
+            record.summary,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +128,10 @@ class ContextPipeline:
         breaker: CompactionBreaker | None = None,
         clock: Callable[[], float] = time.time,
         artifacts_dir: Path | None = None,
+        hooks: CompactionHooks | None = None,
+        restoration: RestorationSource | None = None,
+        listener: CompactionListener | None = None,
+        current_session: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
         self._store = store
@@ -120,6 +150,16 @@ class ContextPipeline:
         #: The true size right after a compaction that could not get under the line.
         self._floor: int | None = None
         self._compacting = False
+        #: Reactive compaction may run once per successful provider boundary.
+        self._reactive_used = False
+        self._hooks = hooks or NoHooks()
+        self._restoration = restoration
+        self._listener = listener or NoListener()
+        #: Which session the host shows now; a compaction whose session changed
+        #: while it ran abandons its whole write phase.
+        self._current_session = current_session or (lambda: self.session_id)
+        #: Set by the host while a response streams: a manual compaction then waits.
+        self.streaming = False
         records = store.transcript().records
         self._handoffs = HandoffLedger.from_records(
             r for r in records if isinstance(r, HandoffRecord)
@@ -137,6 +177,9 @@ class ContextPipeline:
         tool_effects: Mapping[str, ToolEffect] | None = None,
         summarizer: Summarizer | None = None,
         clock: Callable[[], float] = time.time,
+        hooks: CompactionHooks | None = None,
+        restoration: RestorationSource | None = None,
+        listener: CompactionListener | None = None,
     ) -> ContextPipeline:
         """Resume ``session_id`` in ``workspace``, or start a new session."""
         session_id = session_id or new_session_id()
@@ -154,6 +197,9 @@ class ContextPipeline:
             summarizer=summarizer,
             clock=clock,
             artifacts_dir=path.with_suffix(""),
+            hooks=hooks,
+            restoration=restoration,
+            listener=listener,
         )
 
     # -- the conversation ------------------------------------------------
@@ -187,6 +233,7 @@ class ContextPipeline:
         if message.role == "assistant" and usage is not None:
             self._tracker.observe(self.messages, self._fixed_tokens, self._revision)
             self._last_call = self._clock()
+            self._reactive_used = False
             if self._compacted_since_response:
                 # The provider's count of the compacted context: did it get under the line?
                 budget = self._tracker.input_budget
@@ -264,7 +311,7 @@ class ContextPipeline:
                     "grows"
                 )
             else:
-                outcome = await self._auto_compact(view, fixed, before, warnings)
+                outcome = await self._compaction("auto", view, fixed, None, before.tokens, warnings)
                 if outcome is not None:
                     after = self.project(fixed)
                     return CheckResult(before, after, len(edits), outcome, warnings=tuple(warnings))
@@ -278,73 +325,171 @@ class ContextPipeline:
     async def compact(
         self, fixed: FixedContext, *, instructions: str | None = None
     ) -> CompactionOutcome | None:
-        """A manual ``/compact``: whatever the token count; ``None`` if one is already running.
+        """A manual ``/compact``, whatever the token count.
 
-        It resets the breaker. If the summarizer fails, an error block is
-        written to this session and ``CompactionFailedError`` is raised —
-        never a silent fallback.
+        Returns ``None`` when it is ignored: a response is streaming, or a
+        compaction is already running. It resets the breaker. If it fails, an
+        error block is written to this session and ``CompactionFailedError``
+        is raised — never a silent fallback. A PreCompact hook's block raises
+        ``CompactionBlockedError``.
         """
-        if self._compacting:
+        if self.streaming or self._compacting:
             return None
-        self._compacting = True
-        try:
-            key = breaker_key(self._workspace, self.session_id)
-            self._breaker.reset(key)
-            before = self.project(fixed)
-            request = self._request(self.messages, fixed, "manual", instructions)
-            try:
-                summary = await self._summarizer.summarize(request)
-            except SummarizerError as exc:
-                self._breaker.record_failure(key)
-                self._store.append(ErrorRecord(f"Compaction failed: {exc}", source="compact"))
-                raise CompactionFailedError(str(exc)) from exc
-            self._breaker.record_success(key)
-            return self._commit(summary, "manual", before.tokens, fixed)
-        finally:
-            self._compacting = False
+        self._breaker.reset(breaker_key(self._workspace, self.session_id))
+        before = self.project(fixed)
+        warnings: list[str] = []
+        return await self._compaction(
+            "manual", self.messages, fixed, instructions, before.tokens, warnings
+        )
+
+    async def recover_from_context_limit(
+        self, error: ContextLimitError, fixed: FixedContext
+    ) -> CompactionOutcome:
+        """Reactive compaction after the provider refused a request as too long.
+
+        Allowed once per successful provider boundary and only when the error
+        came before any output; then the caller replays the request. Otherwise
+        ``ContextWindowExceededError`` carries the friendly ``invalid_request``
+        message. A PreCompact block raises ``CompactionBlockedError`` and the
+        context stays as it was.
+        """
+        if error.output_started:
+            raise ContextWindowExceededError(
+                "the model stopped because the conversation no longer fits its context "
+                "window, after it had started answering; the context was left as it was. "
+                "Run /compact, then ask again."
+            ) from error
+        if self._reactive_used:
+            raise ContextWindowExceededError(
+                "the conversation still does not fit the model's context window after an "
+                "emergency compaction; run /compact with instructions to keep less, or "
+                "start a new session."
+            ) from error
+        self._reactive_used = True
+        warnings: list[str] = []
+        messages = self.messages
+        pre = fixed.tokens + sum(self._count(m) for m in messages)
+        outcome = await self._compaction("reactive", messages, fixed, None, pre, warnings)
+        if outcome is None:
+            raise ContextWindowExceededError(
+                "the conversation does not fit the model's context window and could not be "
+                "compacted" + (f" ({'; '.join(warnings)})" if warnings else "")
+            ) from error
+        return outcome
 
     # -- steps -----------------------------------------------------------
 
-    async def _auto_compact(
+    async def _compaction(
         self,
+        trigger: Trigger,
         view: Sequence[Message],
         fixed: FixedContext,
-        before: TokenSnapshot,
+        instructions: str | None,
+        pre_tokens: int | None,
         warnings: list[str],
     ) -> CompactionOutcome | None:
-        if self.config.context_window is None:
+        """PreCompact → summary → (session still the same?) → save → swap → hooks → block."""
+        if self.config.context_window is None and trigger != "manual":
             return None
-        key = breaker_key(self._workspace, self.session_id)
-        request = self._request(view, fixed, "auto", None)
-        skip = self.config.on_failure == "skip"
+        session = self._current_session()
         self._compacting = True
+        self._listener.compaction_state_changed(True)
         try:
-            if self._breaker.is_open(key):
-                failures = self._breaker.failures(key)
-                if skip:
-                    warnings.append(
-                        f"compaction skipped: the summarizer failed {failures} times in a row"
-                    )
+            pre_hook = await self._hooks.pre_compact(trigger, instructions)
+            warnings.extend(pre_hook.notices)
+            if pre_hook.blocked is not None:
+                if trigger == "auto":
+                    warnings.append(f"compaction blocked by a PreCompact hook: {pre_hook.blocked}")
                     return None
-                warnings.append(
-                    f"the summarizer failed {failures} times in a row; "
-                    "used the deterministic fallback"
-                )
-                summary = fallback_summary(request.messages, request)
-            else:
-                try:
-                    summary = await self._summarizer.summarize(request)
-                except SummarizerError as exc:
-                    failures = self._breaker.record_failure(key)
-                    warnings.append(f"compaction failed ({failures} in a row): {exc}")
-                    if skip:
-                        return None
-                    summary = fallback_summary(request.messages, request)
-                else:
-                    self._breaker.record_success(key)
-            return self._commit(summary, "auto", before.tokens, fixed)
+                raise CompactionBlockedError(pre_hook.blocked)
+            merged = _join_instructions(instructions, pre_hook.output)
+            request = self._request(view, fixed, trigger, merged)
+            try:
+                summary = await self._summarize(trigger, request, warnings)
+            except SummarizerError as exc:
+                if self._current_session() != session:
+                    return None
+                self._store.append(ErrorRecord(f"Compaction failed: {exc}", source="compact"))
+                raise CompactionFailedError(str(exc)) from exc
+            if summary is None:
+                return None
+            if self._current_session() != session:
+                # The host switched or cleared the session meanwhile: write nothing anywhere.
+                warnings.append("compaction abandoned: the session changed while it ran")
+                return None
+            record = self._commit(
+                self._with_restoration(summary, fixed), trigger, pre_tokens, fixed
+            )
+            for event in (
+                await self._hooks.session_start("compact"),
+                await self._hooks.post_compact(trigger, summary.summary),
+            ):
+                warnings.extend(event.notices)
+            self._listener.compact_block_added(compact_block(record))
+            return CompactionOutcome.of(record)
         finally:
             self._compacting = False
+            self._listener.compaction_state_changed(False)
+
+    async def _summarize(
+        self, trigger: Trigger, request: SummaryRequest, warnings: list[str]
+    ) -> Summary | None:
+        """Ask the summarizer, honouring the breaker and the failure policy.
+
+        Raises ``SummarizerError`` only for a manual compaction, which never
+        falls back silently.
+        """
+        key = breaker_key(self._workspace, self.session_id)
+        skip = self.config.on_failure == "skip"
+        if trigger != "manual" and self._breaker.is_open(key):
+            failures = self._breaker.failures(key)
+            if skip:
+                warnings.append(
+                    f"compaction skipped: the summarizer failed {failures} times in a row"
+                )
+                return None
+            warnings.append(
+                f"the summarizer failed {failures} times in a row; used the deterministic fallback"
+            )
+            return fallback_summary(request.messages, request)
+        try:
+            summary = await self._summarizer.summarize(request)
+        except SummarizerError as exc:
+            failures = self._breaker.record_failure(key)
+            if trigger == "manual":
+                raise
+            warnings.append(f"compaction failed ({failures} in a row): {exc}")
+            return None if skip else fallback_summary(request.messages, request)
+        self._breaker.record_success(key)
+        return summary
+
+    def _with_restoration(self, summary: Summary, fixed: FixedContext) -> Summary:
+        """Insert what must be re-injected right after the compact block, within budget."""
+        if self._restoration is None or not summary.replacement:
+            return summary
+        restored = build_restoration(
+            self._restoration, session_id=self.session_id, workspace=Path(self._workspace)
+        )
+        block, *rest = summary.replacement
+        budget = self._tracker.input_budget
+        room = (
+            handoff_line(budget, self.config.handoff_ratio)
+            - fixed.tokens
+            - sum(self._count(m) for m in summary.replacement)
+            if budget is not None
+            else None
+        )
+        kept: list[Message] = []
+        for i, message in enumerate(restored):
+            cost = self._count(message)
+            # The working directory and the plan-mode reminder always go; files
+            # and skills only while they fit under the handoff line.
+            mandatory = i == 0 or message.meta.kind == KIND_PLAN_REMINDER
+            if mandatory or room is None or cost <= room:
+                kept.append(message)
+                if room is not None:
+                    room -= cost
+        return replace(summary, replacement=(block, *kept, *rest))
 
     def _request(
         self,
@@ -367,11 +512,13 @@ class ContextPipeline:
             tool_effects=self._effects,
             instructions=instructions,
             count=self._count,
+            keep_rounds=self.config.keep_rounds,
+            on_text=self._listener.compaction_content_updated,
         )
 
     def _commit(
         self, summary: Summary, trigger: Trigger, pre_tokens: int | None, fixed: FixedContext
-    ) -> CompactionOutcome:
+    ) -> CompactionRecord:
         post = fixed.tokens + sum(self._count(m) for m in summary.replacement)
         pre = (
             pre_tokens
@@ -395,7 +542,7 @@ class ContextPipeline:
         self._tracker.invalidate()
         self._revision += 1
         self._compacted_since_response = True
-        return CompactionOutcome(record.id, trigger, summary.strategy, pre, post, summary.summary)
+        return record
 
     def _apply_edits(self, edits: list[ContentEdit]) -> None:
         try:
@@ -417,6 +564,11 @@ class ContextPipeline:
         if self._last_call is None:
             return False
         return self._clock() - self._last_call > self.config.micro_compact_idle_s
+
+
+def _join_instructions(*parts: str | None) -> str | None:
+    texts = [p.strip() for p in parts if p and p.strip()]
+    return "\n\n".join(texts) if texts else None
 
 
 def _saved(old: Sequence[Message], new: Sequence[Message], count: Callable[[Message], int]) -> int:

@@ -35,6 +35,10 @@ class SummaryRequest:
     tool_effects: ToolEffects = field(default_factory=dict)
     instructions: str | None = None
     count: Callable[[Message], int] = estimate_message_tokens
+    #: Complete API rounds an LLM summary keeps verbatim after the compact block.
+    keep_rounds: int = 2
+    #: Called with the accumulated streamed text (the UI's compaction tail).
+    on_text: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from cairn.context.budget import input_budget
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
 from cairn.context.pipeline import CheckResult, CompactionOutcome, ContextPipeline
+from cairn.context.summarizer import Summarizer
 from cairn.context.tracker import FixedContext
 from cairn.messages import Message, Usage
 from cairn.replay.metrics import Policy, RequestMetrics, SessionReport
@@ -78,6 +79,8 @@ class ReplayOptions:
     policy: Policy = "cairn"
     tokenizer: str = "cl100k"
     config: CompactionConfig | None = None
+    #: ``None``: the deterministic fallback.
+    summarizer: Summarizer | None = None
 
 
 async def replay_session(
@@ -107,6 +110,7 @@ async def replay_session(
         workspace=transcript_path.parent,
         tool_effects=KNOWN_READ_ONLY_TOOLS,
         clock=lambda: 0.0,  # replays run in no time; micro compact needs real idle time
+        summarizer=options.summarizer,
         artifacts_dir=transcript_path.with_suffix(""),
     )
     replay = _Replay(pipeline, options.policy, fixed, fixed_true, budget, count, on_request)

@@ -16,6 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cairn.context.config import CompactionConfig
+from cairn.context.summarize import LLMSummarizer
+from cairn.context.summarizer import Summarizer
+from cairn.provider import OpenAIProvider, model_from_env
 from cairn.replay.engine import ReplayOptions, replay_sessions
 from cairn.replay.metrics import POLICIES, Policy, ReplaySummary, RequestMetrics
 from cairn.replay.report import render_comparison, render_summary, summary_json, write_report
@@ -51,6 +54,11 @@ def run_replay(args: ReplayArgs) -> int:
     except (SessionImportError, ReplayUsageError, TokenizerError) as exc:
         print(f"cairn replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        summarizer = _summarizer(args.summarizer)
+    except ReplayUsageError as exc:
+        print(f"cairn replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     policies: Sequence[Policy] = POLICIES if args.compare else (args.policy,)
     total = sum(1 for s in imported.sessions for m in s.messages if m.role == "assistant")
     with (
@@ -68,7 +76,7 @@ def run_replay(args: ReplayArgs) -> int:
                     asyncio.run(
                         replay_sessions(
                             imported.sessions,
-                            ReplayOptions(args.window, policy, args.tokenizer, config),
+                            ReplayOptions(args.window, policy, args.tokenizer, config, summarizer),
                             folder / policy if len(policies) > 1 else folder,
                             on_request=tick,
                         )
@@ -106,14 +114,22 @@ def run_replay(args: ReplayArgs) -> int:
     return 0
 
 
+def _summarizer(name: str) -> Summarizer | None:
+    """The LLM summarizer against the configured endpoint, or ``None`` for the fallback."""
+    if name != "llm":
+        return None
+    model = model_from_env()
+    if model is None:
+        raise ReplayUsageError(
+            "--summarizer llm needs a model: set CAIRN_MODEL (and OPENAI_BASE_URL and "
+            "OPENAI_API_KEY for your endpoint)"
+        )
+    return LLMSummarizer(OpenAIProvider(model), model)
+
+
 def _prepare(args: ReplayArgs) -> tuple[ImportResult, CompactionConfig]:
     if args.summarizer not in SUMMARIZERS:
         raise ReplayUsageError(f"unknown summarizer {args.summarizer!r}; choose fallback or llm")
-    if args.summarizer == "llm":
-        raise ReplayUsageError(
-            "--summarizer llm needs the LLM compaction provider, which this version lacks; "
-            "use --summarizer fallback"
-        )
     try:
         config = CompactionConfig(context_window=args.window)
     except ValidationError:

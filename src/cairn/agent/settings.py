@@ -1,0 +1,364 @@
+"""``settings.json``: hooks, the compaction policy and the model entry (DESIGN §7, §11).
+
+Two files are read, user first, then project; the project wins:
+
+- user: ``$CAIRN_HOME/settings.json`` (``~/.cairn/settings.json``);
+- project: ``<workspace>/.cairn/settings.json``.
+
+Merging, key by key at the top level:
+
+- ``hooks``: the matcher groups of each event are concatenated, user groups
+  first, so both files' hooks run;
+- ``compaction``: merged field by field (each field is an independent knob, so a
+  project that sets ``keep_rounds`` keeps the user's ``tokenizer``);
+- ``model``: the project's entry replaces the user's whole (an endpoint's URL,
+  key variable, model name and window belong together);
+- anything else: the project's value replaces the user's.
+
+The ``hooks`` section follows Claude Code's format, so existing hook scripts
+and the shape users know carry over::
+
+    {"hooks": {"PreCompact": [{"matcher": "manual|auto",
+                               "hooks": [{"type": "command",
+                                          "command": "./save-notes.sh",
+                                          "timeout": 60}]}]}}
+
+``timeout`` is in seconds. A ``matcher`` that is missing, empty or ``*``
+matches everything; one made only of letters, digits, ``_`` and ``|`` is an
+exact value or a ``|``-separated list of exact values; anything else is a
+regular expression searched in the value. PreCompact and PostCompact match the
+trigger (``manual``, ``auto``, ``reactive``), SessionStart the source
+(``startup``, ``resume``, ``clear``, ``compact``).
+
+Every value is validated; a bad one raises ``SettingsError`` naming the file,
+the key path (``hooks.PreCompact[0].hooks[0].timeout``) and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeAlias, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cairn.context.config import CompactionConfig
+from cairn.context.hooks import SessionStartSource
+from cairn.store.paths import cairn_home
+from cairn.store.records import Trigger
+
+HookEvent: TypeAlias = Literal["PreCompact", "PostCompact", "SessionStart"]
+HOOK_EVENTS: tuple[HookEvent, ...] = get_args(HookEvent)
+COMPACT_TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
+SESSION_START_SOURCES: tuple[SessionStartSource, ...] = get_args(SessionStartSource)
+
+SETTINGS_FILE = "settings.json"
+PROJECT_DIR = ".cairn"
+#: Errors listed in one ``SettingsError`` before "… and N more".
+_MAX_LISTED_ERRORS = 10
+_PLAIN_MATCHER = re.compile(r"[A-Za-z0-9_|]+")
+
+
+class SettingsError(ValueError):
+    """A settings file is unreadable, not JSON, or holds a bad value; the message says where."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def matcher_matches(matcher: str | None, value: str) -> bool:
+    """Claude Code's matcher rules (see the module docstring); case-sensitive."""
+    if matcher is None or matcher.strip() in ("", "*"):
+        return True
+    if _PLAIN_MATCHER.fullmatch(matcher):
+        return value in matcher.split("|")
+    return re.search(matcher, value) is not None
+
+
+class CommandHook(BaseModel):
+    """One hook: a shell command run with the event's JSON on stdin."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["command"] = "command"
+    command: str = Field(min_length=1)
+    #: Seconds before the hook's process group is killed.
+    timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False, strict=True)
+
+    @field_validator("command")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+class MatcherGroup(BaseModel):
+    """Hooks that run when ``matcher`` matches the event's value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The values this event can be matched against; a matcher that matches
+    #: none of them is a mistake (a typo, a wrong case), reported at load time.
+    VALUES: ClassVar[tuple[str, ...]] = ()
+
+    matcher: str | None = None
+    hooks: tuple[CommandHook, ...]
+
+    @field_validator("matcher")
+    @classmethod
+    def _matches_something(cls, matcher: str | None) -> str | None:
+        if matcher is None or matcher.strip() in ("", "*"):
+            return matcher
+        if not _PLAIN_MATCHER.fullmatch(matcher):
+            try:
+                re.compile(matcher)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression ({exc})") from None
+        if cls.VALUES and not any(matcher_matches(matcher, v) for v in cls.VALUES):
+            raise ValueError(
+                f"{matcher!r} matches none of {', '.join(cls.VALUES)} "
+                "(use '*' or leave it empty to match all; matching is case-sensitive)"
+            )
+        return matcher
+
+    def matches(self, value: str) -> bool:
+        return matcher_matches(self.matcher, value)
+
+
+class CompactMatcherGroup(MatcherGroup):
+    """A PreCompact / PostCompact group; the matcher is tested against the trigger."""
+
+    VALUES: ClassVar[tuple[str, ...]] = COMPACT_TRIGGERS
+
+
+class SessionStartMatcherGroup(MatcherGroup):
+    """A SessionStart group; the matcher is tested against the source."""
+
+    VALUES: ClassVar[tuple[str, ...]] = SESSION_START_SOURCES
+
+
+class HooksSettings(BaseModel):
+    """Event name → matcher groups, in the order they run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    PreCompact: tuple[CompactMatcherGroup, ...] = ()
+    PostCompact: tuple[CompactMatcherGroup, ...] = ()
+    SessionStart: tuple[SessionStartMatcherGroup, ...] = ()
+
+    def groups(self, event: HookEvent) -> tuple[MatcherGroup, ...]:
+        if event == "PreCompact":
+            return self.PreCompact
+        if event == "PostCompact":
+            return self.PostCompact
+        return self.SessionStart
+
+    def commands(self, event: HookEvent, value: str) -> tuple[CommandHook, ...]:
+        """The hooks of ``event`` whose group matches ``value``, in order.
+
+        Identical commands are run once (the first occurrence is kept), as in
+        Claude Code: the same hook in the user and the project file is one hook.
+        """
+        seen: set[str] = set()
+        selected: list[CommandHook] = []
+        for group in self.groups(event):
+            if not group.matches(value):
+                continue
+            for hook in group.hooks:
+                if hook.command not in seen:
+                    seen.add(hook.command)
+                    selected.append(hook)
+        return tuple(selected)
+
+
+class ModelSettings(BaseModel):
+    """The model entry: which OpenAI-compatible endpoint and model to talk to."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str | None = None
+    #: Name of the environment variable that holds the API key (never the key itself).
+    api_key_env: str | None = None
+    model: str | None = None
+    context_window: int | None = Field(default=None, ge=1_024)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+
+
+class Settings(BaseModel):
+    """The whole of ``settings.json``; every section is optional."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hooks: HooksSettings = Field(default_factory=HooksSettings)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    model: ModelSettings | None = None
+
+
+def user_settings_path(home: Path | None = None) -> Path:
+    return (home if home is not None else cairn_home()) / SETTINGS_FILE
+
+
+def project_settings_path(workspace: Path) -> Path:
+    return workspace / PROJECT_DIR / SETTINGS_FILE
+
+
+def load_settings(workspace: Path, home: Path | None = None) -> Settings:
+    """User settings, then project settings (project wins); missing files are fine."""
+    user_path = user_settings_path(home)
+    project_path = project_settings_path(workspace)
+    user_raw = read_settings_file(user_path)
+    # Running in the home folder's parent makes both paths one file: read it once,
+    # or every hook in it would run twice.
+    project_raw = None if _same_file(user_path, project_path) else read_settings_file(project_path)
+    if user_raw is None or project_raw is None:
+        raw = user_raw if project_raw is None else project_raw
+        return Settings() if raw is None else Settings.model_validate(raw)
+    merged = merge_raw_settings(user_raw, project_raw)
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        # Each file was valid alone; only a cross-field rule (handoff_ratio <=
+        # compact_ratio) can fail once they are combined.
+        where = f"{project_path} combined with {user_path}"
+        raise SettingsError(_describe(where, exc), project_path) from None
+
+
+def read_settings_file(path: Path) -> dict[str, Any] | None:
+    """One settings file as validated raw JSON, or ``None`` when it does not exist."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read settings file {path}: {exc}", path) from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(
+            f"invalid JSON in {path} at line {exc.lineno}, column {exc.colno}: {exc.msg}", path
+        ) from None
+    if not isinstance(raw, dict):
+        raise SettingsError(
+            f"invalid settings in {path}: the top level must be a JSON object, "
+            f"not {_json_type(raw)}",
+            path,
+        )
+    try:
+        Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise SettingsError(_describe(str(path), exc), path) from None
+    return raw
+
+
+def merge_raw_settings(user: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:
+    """Combine two validated raw settings objects; see the module docstring for the rules."""
+    merged = {**user, **project}
+    if "hooks" in user and "hooks" in project:
+        hooks: dict[str, list[Any]] = {ev: list(groups) for ev, groups in user["hooks"].items()}
+        for event, groups in project["hooks"].items():
+            hooks[event] = [*hooks.get(event, []), *groups]
+        merged["hooks"] = hooks
+    if "compaction" in user and "compaction" in project:
+        merged["compaction"] = {**user["compaction"], **project["compaction"]}
+    return merged
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _describe(where: str, exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    lines = [f"invalid settings in {where}:"]
+    lines.extend(f"  {_describe_error(e)}" for e in errors[:_MAX_LISTED_ERRORS])
+    if len(errors) > _MAX_LISTED_ERRORS:
+        lines.append(f"  … and {len(errors) - _MAX_LISTED_ERRORS} more")
+    return "\n".join(lines)
+
+
+def _describe_error(error: Mapping[str, Any]) -> str:
+    loc: tuple[int | str, ...] = tuple(error["loc"])
+    path = _key_path(loc) or "(top level)"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        listed = f"; allowed: {', '.join(allowed)}" if allowed else ""
+        return f"{path}: unknown key{listed}"
+    if kind == "missing":
+        return f"{path}: required key is missing"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    message = {
+        "tuple_type": "must be a JSON array",
+        "model_type": "must be a JSON object",
+        "model_attributes_type": "must be a JSON object",
+        "dict_type": "must be a JSON object",
+    }.get(kind, message)
+    value = error.get("input")
+    got = "" if isinstance(value, dict | list) else f" (got {_short_json(value)})"
+    return f"{path}: {message}{got}"
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the object at ``loc`` accepts, found by walking the models' annotations."""
+    tp: Any = Settings
+    for part in loc:
+        tp = _without_none(tp)
+        if isinstance(part, int):
+            args = get_args(tp)
+            if not args:
+                return []
+            tp = args[0]
+        elif isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
+            tp = tp.model_fields[part].annotation
+        else:
+            return []
+    tp = _without_none(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [field.alias or name for name, field in tp.model_fields.items()]
+    return []
+
+
+def _without_none(tp: Any) -> Any:
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null" if value is None else type(value).__name__
+
+
+def _short_json(value: object) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"

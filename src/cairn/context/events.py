@@ -1,0 +1,31 @@
+"""What the pipeline tells the surfaces about a compaction while it runs.
+
+Every compaction, manual or automatic, successful or not, is bracketed by
+``compaction_state_changed(True)`` … ``(False)``; streamed summary text is
+published as it accumulates; the block is announced once it is durable.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from cairn.messages import Message
+
+
+class CompactionListener(Protocol):
+    def compaction_state_changed(self, is_compacting: bool) -> None: ...
+
+    def compaction_content_updated(self, content: str) -> None: ...
+
+    def compact_block_added(self, block: Message) -> None: ...
+
+
+class NoListener:
+    def compaction_state_changed(self, is_compacting: bool) -> None:
+        return None
+
+    def compaction_content_updated(self, content: str) -> None:
+        return None
+
+    def compact_block_added(self, block: Message) -> None:
+        return None

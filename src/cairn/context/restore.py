@@ -1,0 +1,674 @@
+"""What is re-injected after any compaction (DESIGN §5.7).
+
+A compaction replaces the history with the compact block; everything the
+model only knew from that history is gone. Right after the block the host
+adds, as synthetic user messages:
+
+1. the environment: the working directory, every background task with its
+   description and status, and the plan-mode state (plan file, whether it
+   exists);
+2. up to ``MAX_RESTORED_FILES`` recently read files, re-read from disk *now*,
+   each message at most ``MAX_FILE_TOKENS`` tokens;
+3. every invoked skill, as the model saw it;
+4. last, in plan mode, the *full* plan-mode reminder, so the next request
+   carries the read-only constraints again.
+
+The agent runtime supplies the session state through ``RestorationSource``;
+everything here is a function of that state and of the files on disk.
+
+Recent files are chosen the way seed 000 insists: reads are filtered to this
+session **and** this workspace, to paths inside the workspace that are no
+symlink at any level and still a regular file, *before* the newest five are
+taken — taking five first and filtering after starves the files that could
+really be restored.
+"""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from cairn.messages import (
+    KIND_PLAN_REMINDER,
+    KIND_RESTORATION,
+    KIND_SKILL,
+    JSONValue,
+    Message,
+    MessageMeta,
+)
+from cairn.prompts import load_prompt
+from cairn.tokens import estimate_message_tokens
+
+MAX_RESTORED_FILES = 5
+MAX_FILE_TOKENS = 5_000
+SKILL_DIR_PLACEHOLDER = "${CAIRN_SKILL_DIR}"
+SKILL_BASE_PREFIX = "Base directory for this skill: "
+
+#: How much of a file is read at most. The estimate counts at least ¼ token
+#: per character and a character is at most 4 bytes in UTF-8, so 16 bytes per
+#: token always covers ``MAX_FILE_TOKENS`` by the estimate.
+_READ_LIMIT_BYTES = MAX_FILE_TOKENS * 16
+#: A NUL byte in this head of a file marks it binary.
+_BINARY_SNIFF_BYTES = 8_192
+
+
+# ---------------------------------------------------------------------------
+# The state the agent runtime provides
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One read of a file by a tool. ``path`` may be relative to ``workspace``."""
+
+    path: Path
+    session_id: str
+    workspace: Path
+    read_at: float
+
+
+@dataclass(frozen=True)
+class PlanState:
+    """Plan mode is on when a ``PlanState`` is given."""
+
+    plan_file: Path
+
+
+@dataclass(frozen=True)
+class InvokedSkill:
+    """A skill the model invoked; ``body_as_seen`` is the exact text it was shown."""
+
+    name: str
+    skill_file: Path
+    description: str = ""
+    body_as_seen: str | None = None
+
+
+@dataclass(frozen=True)
+class BackgroundTask:
+    id: str
+    description: str
+    status: str
+
+
+class RestorationSource(Protocol):
+    def cwd(self) -> Path: ...
+
+    def file_reads(self) -> Sequence[FileRead]:
+        """Every read, of any session and workspace, in any order."""
+        ...
+
+    def plan_state(self) -> PlanState | None: ...
+
+    def invoked_skills(self) -> Sequence[InvokedSkill]: ...
+
+    def background_tasks(self) -> Sequence[BackgroundTask]: ...
+
+
+# ---------------------------------------------------------------------------
+# Recent files
+
+
+def select_recent_files(
+    reads: Sequence[FileRead], *, session_id: str, workspace: Path
+) -> list[Path]:
+    """The newest ``MAX_RESTORED_FILES`` distinct restorable paths, newest first.
+
+    A read counts only if it belongs to ``session_id`` and to ``workspace``,
+    and its path lies inside the (resolved) workspace, with no symlink at any
+    level below the workspace, and is still a regular file. The filter runs
+    over every read before the five are taken. Paths are returned absolute,
+    under the resolved workspace.
+    """
+    restorable = _iter_restorable(reads, session_id, workspace)
+    return [path for path, _ in itertools.islice(restorable, MAX_RESTORED_FILES)]
+
+
+def _iter_restorable(
+    reads: Sequence[FileRead], session_id: str, workspace: Path
+) -> Iterator[tuple[Path, Path]]:
+    """Every restorable path as ``(absolute, relative to the workspace)``, newest first.
+
+    Lazy, so a caller that needs five successes stops after them; each path
+    is checked once, at its newest read.
+    """
+    root = workspace.resolve()
+    prefixes = _workspace_prefixes(workspace, root)
+    same_workspace: dict[Path, bool] = {}
+    seen: set[Path] = set()
+    order = sorted(range(len(reads)), key=lambda i: (reads[i].read_at, i), reverse=True)
+    for i in order:
+        read = reads[i]
+        if read.session_id != session_id:
+            continue
+        ws = read.workspace
+        if ws not in same_workspace:
+            same_workspace[ws] = ws.resolve() == root
+        if not same_workspace[ws]:
+            continue
+        relative = _relative_inside(read.path, prefixes)
+        if relative is None or relative in seen:
+            continue
+        seen.add(relative)
+        if _is_plain_file_below(root, relative):
+            yield root / relative, relative
+
+
+def _workspace_prefixes(workspace: Path, root: Path) -> tuple[Path, ...]:
+    """The spellings of the workspace a recorded path may start with."""
+    lexical = Path(os.path.normpath(workspace.absolute()))
+    return (root,) if lexical == root else (root, lexical)
+
+
+def _relative_inside(path: Path, prefixes: tuple[Path, ...]) -> Path | None:
+    """``path`` relative to the workspace, or ``None`` when it points outside.
+
+    Normalisation is lexical (``..`` folds into its parent): no symlink is
+    followed here, and every level is checked for symlinks afterwards.
+    """
+    absolute = path if path.is_absolute() else prefixes[0] / path
+    normalized = Path(os.path.normpath(absolute))
+    for prefix in prefixes:
+        if normalized.is_relative_to(prefix):
+            relative = normalized.relative_to(prefix)
+            return relative if relative.parts else None
+    return None
+
+
+def _is_plain_file_below(root: Path, relative: Path) -> bool:
+    """No symlink at any level from ``root`` down, and a regular file at the end."""
+    current = root
+    mode = 0
+    for part in relative.parts:
+        current = current / part
+        try:
+            mode = current.lstat().st_mode
+        except OSError:
+            return False
+        if stat.S_ISLNK(mode):
+            return False
+    return stat.S_ISREG(mode)
+
+
+@dataclass(frozen=True)
+class _FileText:
+    text: str
+    size: int
+    complete: bool
+
+
+def _read_text(path: Path) -> _FileText | None:
+    """The head of a regular text file, without following a symlink; ``None`` if unusable."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        chunks: list[bytes] = []
+        remaining = _READ_LIMIT_BYTES
+        while remaining > 0:
+            chunk = os.read(fd, remaining)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        complete = not os.read(fd, 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if b"\0" in data[:_BINARY_SNIFF_BYTES]:
+        return None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    # A cut through a multi-byte character leaves it in the decoder, unshown.
+    text = decoder.decode(data, final=complete)
+    return _FileText(text=text, size=max(info.st_size, len(data)), complete=complete)
+
+
+def _escape_attribute(value: str) -> str:
+    return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
+def _file_message(relative: Path, content: _FileText, count: Callable[[Message], int]) -> Message:
+    shown = relative.as_posix()
+    head = f'<file path="{_escape_attribute(shown)}">\n'
+
+    def message(body: str, truncated: bool) -> Message:
+        extra: dict[str, JSONValue] = {"path": shown, "truncated": truncated}
+        tail = "</file>" if body.endswith("\n") or not body else "\n</file>"
+        return Message(
+            role="user",
+            content=head + body + tail,
+            meta=MessageMeta(kind=KIND_RESTORATION, synthetic=True, extra=extra),
+        )
+
+    text = content.text
+    if content.complete:
+        whole = message(text, truncated=False)
+        if count(whole) <= MAX_FILE_TOKENS:
+            return whole
+
+    def cut(chars: int) -> Message:
+        kept = text[:chars]
+        if kept and not kept.endswith("\n"):
+            kept += "\n"
+        marker = (
+            f"[… truncated by the host: only the first {kept.count(chr(10)):,} lines are "
+            f"shown; the file has {content.size:,} bytes. Read the file for the rest.]"
+        )
+        return message(kept + marker, truncated=True)
+
+    # The longest prefix whose message still fits, then back to a line end.
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count(cut(middle)) <= MAX_FILE_TOKENS:
+            low = middle
+        else:
+            high = middle - 1
+    line_end = text.rfind("\n", 0, low)
+    if line_end >= low // 2:
+        low = line_end + 1
+    return cut(low)
+
+
+# ---------------------------------------------------------------------------
+# Skills
+
+
+@dataclass(frozen=True)
+class FrontMatter:
+    """The scalar fields of a skill's YAML front matter, and the body after it."""
+
+    fields: dict[str, str]
+    body: str
+
+
+def split_front_matter(text: str) -> FrontMatter:
+    """Parse a ``---``-delimited YAML front matter block at the top of ``text``.
+
+    Only top-level scalars are kept — plain, single- or double-quoted, and
+    block scalars (``|``, ``>``, with ``-``/``+`` chomping) — so a
+    ``description: >-`` yields its folded text, never the ``>-`` itself.
+    Lists and nested mappings are skipped. Without a closing ``---`` (or
+    ``...``) there is no front matter and the whole text is the body.
+    """
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return FrontMatter({}, text)
+    for end in range(1, len(lines)):
+        if lines[end].rstrip() in ("---", "..."):
+            break
+    else:
+        return FrontMatter({}, text)
+    body = "\n".join(lines[end + 1 :])
+    return FrontMatter(_parse_mapping(lines[1:end]), body.lstrip("\n"))
+
+
+_KEY_LINE = re.compile(r"^([^\s#:][^:]*?)\s*:(?:[ \t]+(.*))?$")
+_BLOCK_HEADER = re.compile(r"^([|>])(?:([1-9])([+-]?)|([+-])([1-9]?)|)[ \t]*(?:#.*)?$")
+
+
+def _parse_mapping(lines: list[str]) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    i, n = 0, len(lines)
+    while i < n:
+        line = lines[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#") or line[0] in " \t":
+            continue
+        match = _KEY_LINE.match(line.rstrip())
+        if match is None:
+            continue
+        start = i
+        while i < n and (not lines[i].strip() or lines[i][0] in " \t"):
+            i += 1
+        key = match.group(1).strip().strip("\"'")
+        value = _scalar((match.group(2) or "").strip(), lines[start:i])
+        if value is not None:
+            fields[key] = value
+    return fields
+
+
+def _scalar(rest: str, block: list[str]) -> str | None:
+    header = _BLOCK_HEADER.match(rest)
+    if header:
+        indent = header.group(2) or header.group(5)
+        chomp = header.group(3) or header.group(4) or ""
+        return _block_scalar(header.group(1), int(indent) if indent else 0, chomp, block)
+    if rest[:1] in ('"', "'"):
+        return _quoted_scalar(rest, block)
+    if rest[:1] in ("[", "{", "&", "*", "!"):
+        return None  # flow collections, anchors, tags: not a plain string
+    first = next((line.strip() for line in block if line.strip()), "")
+    if not rest and (first.startswith("- ") or first == "-" or _KEY_LINE.match(first)):
+        return None  # a list or a nested mapping
+    rest = _strip_comment(rest)
+    lines = [rest, *(_strip_comment(line.strip()) for line in block)]
+    return _fold_flow_lines(lines).strip()
+
+
+def _strip_comment(text: str) -> str:
+    if text.startswith("#"):
+        return ""
+    position = text.find(" #")
+    return text[:position].rstrip() if position >= 0 else text
+
+
+def _fold_flow_lines(lines: list[str]) -> str:
+    """Plain and quoted multi-line scalars: a line break is a space, a blank line a newline."""
+    out = ""
+    blanks = 0
+    started = False
+    for line in lines:
+        if not line:
+            blanks += 1
+            continue
+        if started:
+            out += "\n" * blanks if blanks else " "
+        out += line
+        started = True
+        blanks = 0
+    return out
+
+
+def _quoted_scalar(rest: str, block: list[str]) -> str:
+    quote = rest[0]
+    raw = "\n".join([rest[1:], *block])
+    closing = _closing_quote(raw, quote)
+    inner = raw if closing < 0 else raw[:closing]
+    lines = inner.split("\n")
+    stripped = [lines[0].rstrip()] + [line.strip() for line in lines[1:]]
+    folded = _fold_flow_lines(stripped) if len(stripped) > 1 else inner
+    if quote == "'":
+        return folded.replace("''", "'")
+    return _unescape_double(folded)
+
+
+def _closing_quote(raw: str, quote: str) -> int:
+    i = 0
+    while i < len(raw):
+        char = raw[i]
+        if quote == '"' and char == "\\":
+            i += 2
+            continue
+        if char == quote:
+            if quote == "'" and raw[i + 1 : i + 2] == "'":
+                i += 2
+                continue
+            return i
+        i += 1
+    return -1
+
+
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "0": "\0",
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+    " ": " ",
+    "e": "\x1b",
+    "a": "\a",
+    "b": "\b",
+}
+
+
+def _unescape_double(text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        token = match.group(1)
+        if token[0] in "xuU":
+            return chr(int(token[1:], 16))
+        return _ESCAPES.get(token, token)
+
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", replace, text)
+
+
+def _block_scalar(style: str, indent: int, chomp: str, block: list[str]) -> str:
+    if not indent:
+        indent = next((len(x) - len(x.lstrip(" ")) for x in block if x.strip()), 0)
+    content = [
+        (line[indent:] if not line[:indent].strip() else line.lstrip()) if line.strip() else ""
+        for line in block
+    ]
+    trailing = 0
+    while content and not content[-1]:
+        content.pop()
+        trailing += 1
+    text = "\n".join(content) if style == "|" else _fold_block(content)
+    if not text:
+        return ""
+    if chomp == "-":
+        return text
+    if chomp == "+":
+        return text + "\n" * (trailing + 1)
+    return text + "\n"
+
+
+def _fold_block(lines: list[str]) -> str:
+    """YAML folding: breaks between ordinary lines become spaces, blank lines newlines.
+
+    Lines indented beyond the block (and the breaks around them) are kept.
+    """
+    out = ""
+    previous: str | None = None
+    blanks = 0
+    for line in lines:
+        if not line:
+            blanks += 1
+            continue
+        if previous is None:
+            out += "\n" * blanks
+        else:
+            more_indented = line[0] in " \t" or previous[0] in " \t"
+            out += "\n" * (blanks + 1) if more_indented else ("\n" * blanks or " ")
+        out += line
+        previous = line
+        blanks = 0
+    return out
+
+
+def skill_directory(skill: InvokedSkill) -> Path:
+    """The skill's absolute directory, normalised but with symlinks kept as named."""
+    return Path(os.path.normpath(skill.skill_file.absolute().parent))
+
+
+def render_skill(skill: InvokedSkill) -> str:
+    """The skill's body as the model sees it.
+
+    ``body_as_seen`` verbatim when the record has it (it starts with the
+    ``Base directory for this skill:`` line). Otherwise the skill file is
+    re-rendered exactly as at invocation: front matter parsed and dropped,
+    ``${CAIRN_SKILL_DIR}`` replaced by the skill's absolute directory, and
+    the ``Base directory`` line first. A record whose body lacks that line is
+    re-rendered from the file too; if the file is gone, that body is
+    normalised the same way. Raises ``OSError`` when there is nothing to
+    render from.
+    """
+    seen = skill.body_as_seen
+    directory = str(skill_directory(skill))
+    if seen is not None and seen.startswith(SKILL_BASE_PREFIX):
+        # Verbatim; a placeholder left in a faulty record is still never shown raw.
+        return seen.replace(SKILL_DIR_PLACEHOLDER, directory)
+    try:
+        body = split_front_matter(skill.skill_file.read_text(encoding="utf-8")).body
+    except (OSError, UnicodeDecodeError):
+        if seen is None:
+            raise
+        body = split_front_matter(seen).body
+    body = body.replace(SKILL_DIR_PLACEHOLDER, directory).strip("\n")
+    return f"{SKILL_BASE_PREFIX}{directory}\n\n{body}"
+
+
+def _skill_description(skill: InvokedSkill) -> str:
+    if skill.description.strip():
+        return skill.description.strip()
+    try:
+        fields = split_front_matter(skill.skill_file.read_text(encoding="utf-8")).fields
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return fields.get("description", "").strip()
+
+
+def _skill_message(skill: InvokedSkill) -> Message:
+    description = _skill_description(skill)
+    lines = [f'The skill "{skill.name}" was invoked earlier in this session.']
+    if description:
+        lines.append(f"Description: {description}")
+    try:
+        body = render_skill(skill)
+    except (OSError, UnicodeDecodeError):
+        lines.append(
+            f"Its file {skill.skill_file} can no longer be read, so its instructions "
+            "cannot be restored; invoke the skill again if you need them."
+        )
+        restored = False
+    else:
+        lines.append("Its instructions, as you saw them, still apply:")
+        lines.append(f'<skill name="{_escape_attribute(skill.name)}">\n{body}\n</skill>')
+        restored = True
+    extra: dict[str, JSONValue] = {"skill": skill.name, "restored": restored}
+    return Message(
+        role="user",
+        content="\n".join(lines),
+        meta=MessageMeta(kind=KIND_SKILL, synthetic=True, extra=extra),
+    )
+
+
+def _latest_per_skill(skills: Sequence[InvokedSkill]) -> list[InvokedSkill]:
+    """One record per skill name: the latest invocation, in order of last use."""
+    latest: dict[str, InvokedSkill] = {}
+    for skill in skills:
+        latest.pop(skill.name, None)
+        latest[skill.name] = skill
+    return list(latest.values())
+
+
+# ---------------------------------------------------------------------------
+# Plan mode and the environment
+
+
+def _shown_path(path: Path, workspace: Path | None) -> str:
+    """``path`` relative to the workspace when inside it, else absolute."""
+    if workspace is None:
+        return str(path)
+    absolute = path if path.is_absolute() else workspace / path
+    for root in (Path(os.path.normpath(workspace.absolute())), workspace.resolve()):
+        normalized = Path(os.path.normpath(absolute))
+        if normalized.is_relative_to(root) and normalized != root:
+            return normalized.relative_to(root).as_posix()
+    return str(absolute)
+
+
+def _plan_file(plan: PlanState, workspace: Path | None) -> Path:
+    path = plan.plan_file
+    if not path.is_absolute() and workspace is not None:
+        return workspace / path
+    return path
+
+
+def plan_mode_reminder(plan: PlanState, *, workspace: Path | None = None) -> Message:
+    """The full plan-mode ``<system-reminder>`` as a synthetic user message.
+
+    Full, never the sparse form: after a compaction every earlier reminder is
+    gone. A relative plan file is taken relative to ``workspace``, and shown
+    relative to it when inside it.
+    """
+    path = _plan_file(plan, workspace)
+    exists = path.is_file()
+    shown = _shown_path(path, workspace)
+    status = (
+        "The plan file already exists: read it first and improve it with edit_file."
+        if exists
+        else "The plan file does not exist yet: create it with write_file."
+    )
+    text = (
+        load_prompt("plan_mode").replace("{plan_file}", shown).replace("{plan_file_status}", status)
+    )
+    extra: dict[str, JSONValue] = {"plan_file": shown, "exists": exists}
+    return Message(
+        role="user",
+        content=text,
+        meta=MessageMeta(kind=KIND_PLAN_REMINDER, synthetic=True, extra=extra),
+    )
+
+
+def _environment_message(
+    cwd: Path,
+    workspace: Path,
+    tasks: Sequence[BackgroundTask],
+    plan: PlanState | None,
+) -> Message:
+    lines = [
+        "<system-reminder>",
+        "The conversation was compacted. The host restored this context:",
+        f"Working directory: {cwd}",
+    ]
+    if os.path.normpath(workspace.absolute()) != os.path.normpath(cwd.absolute()):
+        lines.append(f"Workspace: {workspace}")
+    if tasks:
+        lines.append("Background tasks:")
+        lines.extend(f"- {task.id} [{task.status}]: {task.description}" for task in tasks)
+    if plan is not None:
+        path = _plan_file(plan, workspace)
+        exists = "exists" if path.is_file() else "does not exist yet"
+        lines.append(f"Plan mode is active. Plan file: {_shown_path(path, workspace)} ({exists})")
+    lines.append("</system-reminder>")
+    return Message(
+        role="user",
+        content="\n".join(lines),
+        meta=MessageMeta(kind=KIND_RESTORATION, synthetic=True, extra={"section": "environment"}),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Everything, in order
+
+
+def build_restoration(
+    source: RestorationSource,
+    *,
+    session_id: str,
+    workspace: Path,
+    count: Callable[[Message], int] = estimate_message_tokens,
+) -> list[Message]:
+    """The messages that follow the compact block, in order.
+
+    The environment (always); one message per restored file (newest first,
+    re-read now, each at most ``MAX_FILE_TOKENS`` by ``count``; a file that
+    turns out unreadable or binary is skipped and the next candidate taken);
+    one message per invoked skill; and last, in plan mode, the full
+    plan-mode reminder. Every message is a synthetic user message.
+    """
+    plan = source.plan_state()
+    messages = [_environment_message(source.cwd(), workspace, source.background_tasks(), plan)]
+
+    restored = 0
+    for absolute, relative in _iter_restorable(source.file_reads(), session_id, workspace):
+        if restored >= MAX_RESTORED_FILES:
+            break
+        content = _read_text(absolute)
+        if content is None:
+            continue
+        messages.append(_file_message(relative, content, count))
+        restored += 1
+
+    messages.extend(_skill_message(skill) for skill in _latest_per_skill(source.invoked_skills()))
+
+    if plan is not None:
+        messages.append(plan_mode_reminder(plan, workspace=workspace))
+    return messages

@@ -1,0 +1,370 @@
+"""LLM compaction: a fork of the main conversation that writes the continuation ledger.
+
+The fork request is the main request plus one final user message — same
+model, system prompt, tool schemas and generation parameters, built by the
+same ``chat_request`` — so the provider serves everything before that
+message from its prompt cache. The model may not escape into tool calls:
+each is answered with a rejection and the loop goes on, three rounds at
+most. What comes back is cleaned up by small pure functions (extraction,
+ledger normalization, exact continuation records) and checked against the
+effect gates before the pipeline may use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from cairn.context.effects import ToolEffects, effect_of
+from cairn.context.ledger import (
+    EMPTY_SECTION,
+    LEDGER_HEADINGS,
+    active_task_of,
+    build_compact_block,
+)
+from cairn.context.summarizer import Summarizer, SummarizerError, Summary, SummaryRequest
+from cairn.messages import (
+    KIND_HANDOFF,
+    ImagePart,
+    Message,
+    TextPart,
+    group_rounds,
+    tool_result,
+    user,
+)
+from cairn.prompts import load_prompt
+from cairn.provider import (
+    ChatProvider,
+    ContentDelta,
+    ContextLimitError,
+    ModelConfig,
+    ProviderError,
+    TurnAccumulator,
+    chat_request,
+)
+
+MAX_FORK_ROUNDS = 3
+MAX_ATTEMPTS = 3
+MAX_EXACT_RECORDS = 32
+MAX_EXACT_RECORD_CHARS = 16_384
+#: The gate "≤ 80 % of the source" only means something for a large source.
+LARGE_SOURCE_TOKENS = 8_000
+MAX_SUMMARY_TOKENS = 50_000
+#: The kept tail is trimmed from its oldest round while above this share of the budget.
+TAIL_BUDGET_SHARE = 0.20
+
+TOOL_REJECTION = (
+    "Tool calls are not allowed during compaction; this call was not run. "
+    "Reply with text only: the <analysis> block, then the <summary> block."
+)
+IMAGE_PLACEHOLDER = "[image omitted for compaction]"
+FILE_ELIDED = "[file contents elided for compaction; the file can be read again]"
+
+_ANALYSIS = re.compile(r"<analysis>.*?(?:</analysis>|\Z)", re.S)
+_SUMMARY = re.compile(r"<summary>(.*?)(?:</summary>|\Z)", re.S)
+_BLANK_RUNS = re.compile(r"\n[ \t]*(?:\n[ \t]*)+")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?:\d+[.)]\s*)?(?P<title>.+?)\s*#*\s*$")
+_RECORD = re.compile(r"^EXACT CONTINUATION RECORD \[(?P<heading>[^\]]+)\] :: (?P<payload>.*)$")
+
+
+# ---------------------------------------------------------------------------
+# Pure rules
+
+
+def compaction_instruction(custom: str | None) -> str:
+    """The final user message of the fork; the text-only rule opens and closes it."""
+    extra = f"\nAdditional instructions:\n{custom.strip()}\n" if custom and custom.strip() else ""
+    return load_prompt("compact_instruction").format(custom_instructions=extra)
+
+
+def extract_summary(text: str) -> str:
+    """Drop ``<analysis>``, take the inside of ``<summary>`` (else the raw text), tidy blanks."""
+    without_analysis = _ANALYSIS.sub("", text)
+    match = _SUMMARY.search(without_analysis)
+    body = match.group(1) if match else text
+    return _BLANK_RUNS.sub("\n\n", body).strip()
+
+
+def _heading_of(line: str) -> str | None:
+    match = _HEADING.match(line)
+    if not match:
+        return None
+    title = match.group("title").strip().strip("*").strip().rstrip(":").casefold()
+    for heading in LEDGER_HEADINGS:
+        if title == heading.casefold():
+            return heading
+    return None
+
+
+def normalize_ledger(summary: str) -> str:
+    """Put the model's sections under the seven headings, in order, none missing.
+
+    A summary without any of the headings is passed through unchanged (the
+    model ignored the format; its text is still the best summary we have).
+    Text before the first heading joins the first section; an unknown
+    heading's text stays with the section it follows.
+    """
+    sections: dict[str, list[str]] = {h: [] for h in LEDGER_HEADINGS}
+    current: str | None = None
+    preamble: list[str] = []
+    found = False
+    for line in summary.splitlines():
+        heading = _heading_of(line)
+        if heading is not None:
+            current, found = heading, True
+            continue
+        (sections[current] if current else preamble).append(line)
+    if not found:
+        return summary.strip()
+    sections[LEDGER_HEADINGS[0]] = preamble + sections[LEDGER_HEADINGS[0]]
+    parts = []
+    for heading in LEDGER_HEADINGS:
+        body = "\n".join(sections[heading]).strip() or EMPTY_SECTION
+        parts.append(f"## {heading}\n{body}")
+    return "\n\n".join(parts)
+
+
+def exact_records(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """``EXACT CONTINUATION RECORD [<heading>] :: <payload>`` lines of the source, de-duplicated.
+
+    At most ``MAX_EXACT_RECORDS`` records and ``MAX_EXACT_RECORD_CHARS``
+    characters in all, oldest first; lines naming an unknown heading are ignored.
+    """
+    known = {h.casefold(): h for h in LEDGER_HEADINGS}
+    seen: dict[tuple[str, str], None] = {}
+    size = 0
+    for message in messages:
+        for line in message.text.splitlines():
+            match = _RECORD.match(line.strip())
+            if not match:
+                continue
+            heading = known.get(match.group("heading").strip().casefold())
+            if heading is None:
+                continue
+            record = (heading, match.group("payload"))
+            if record in seen:
+                continue
+            cost = len(line.strip())
+            if len(seen) >= MAX_EXACT_RECORDS or size + cost > MAX_EXACT_RECORD_CHARS:
+                return list(seen)
+            seen[record] = None
+            size += cost
+    return list(seen)
+
+
+def place_exact_records(ledger: str, records: Sequence[tuple[str, str]]) -> str:
+    """Append each record verbatim at the end of its heading's section (host-placed)."""
+    if not records:
+        return ledger
+    lines = ledger.splitlines()
+    if not any(_heading_of(line) for line in lines):
+        ledger = normalize_ledger(f"## {LEDGER_HEADINGS[0]}\n{ledger}")
+        lines = ledger.splitlines()
+    out: list[str] = []
+    current: str | None = None
+
+    def flush(section: str | None) -> None:
+        for heading, payload in records:
+            if heading == section:
+                out.append(f"EXACT CONTINUATION RECORD [{heading}] :: {payload}")
+
+    for line in lines:
+        heading = _heading_of(line)
+        if heading is not None:
+            while out and not out[-1].strip():
+                out.pop()
+            flush(current)
+            if current is not None:
+                out.append("")
+            current = heading
+        out.append(line)
+    flush(current)
+    return "\n".join(out)
+
+
+def prepare_fork_input(messages: Sequence[Message]) -> list[Message]:
+    """The history the fork sees: no handoff reminders, no images, no reasoning."""
+    prepared = []
+    for message in messages:
+        if message.meta.kind == KIND_HANDOFF:
+            continue
+        content = message.content
+        if isinstance(content, tuple) and any(isinstance(p, ImagePart) for p in content):
+            content = tuple(
+                TextPart(IMAGE_PLACEHOLDER) if isinstance(p, ImagePart) else p for p in content
+            )
+        if content is not message.content or message.reasoning is not None:
+            message = replace(message, content=content, reasoning=None)
+        prepared.append(message)
+    return prepared
+
+
+def shrink(
+    messages: Sequence[Message], step: int, effects: ToolEffects | None = None
+) -> list[Message]:
+    """One strictly smaller fork input, by the ``step``-th rule that still removes something.
+
+    1. elide the contents of re-readable files (results of read-only tools);
+    2. drop the oldest complete round;
+    3. halve the per-message character cap.
+    Returns the input unchanged only when nothing can be removed.
+    """
+    rules: tuple[Callable[[Sequence[Message]], list[Message]], ...] = (
+        lambda ms: _elide_file_contents(ms, effects or {}),
+        _drop_oldest_round,
+        _halve_longest,
+    )
+    for rule in rules[min(step, len(rules) - 1) :]:
+        smaller = rule(messages)
+        if _size(smaller) < _size(messages):
+            return smaller
+    return list(messages)
+
+
+def _size(messages: Sequence[Message]) -> int:
+    return sum(len(m.text) + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+
+
+def _elide_file_contents(messages: Sequence[Message], effects: ToolEffects) -> list[Message]:
+    calls = {c.id: c for m in messages for c in m.tool_calls}
+    out = []
+    for message in messages:
+        call = calls.get(message.tool_call_id or "") if message.role == "tool" else None
+        if (
+            call is not None
+            and effect_of(call.name, effects) == "read_only"
+            and len(message.text) > len(FILE_ELIDED)
+        ):
+            message = message.with_content(FILE_ELIDED)
+        out.append(message)
+    return out
+
+
+def _drop_oldest_round(messages: Sequence[Message]) -> list[Message]:
+    rounds = group_rounds(messages)
+    if len(rounds) <= 1:
+        return list(messages)
+    return list(messages[rounds[0].end :])
+
+
+def _halve_longest(messages: Sequence[Message]) -> list[Message]:
+    longest = max((len(m.text) for m in messages), default=0)
+    cap = longest // 2
+    if cap <= 0:
+        return list(messages)
+    out = []
+    for message in messages:
+        text = message.text
+        if len(text) > cap and isinstance(message.content, str):
+            head = cap * 3 // 4
+            message = message.with_content(
+                f"{text[:head]}\n[… {len(text) - cap:,} characters omitted …]\n"
+                f"{text[len(text) - (cap - head) :]}"
+            )
+        out.append(message)
+    return out
+
+
+def kept_tail(
+    messages: Sequence[Message], keep_rounds: int, budget: int, count: Callable[[Message], int]
+) -> list[Message]:
+    """The last ``keep_rounds`` complete rounds, trimmed from the oldest while over 20 %."""
+    if keep_rounds <= 0:
+        return []
+    whole = [r for r in group_rounds(messages) if r.complete]
+    # The previous compact block and other host messages are not conversation rounds.
+    rounds = [r for r in whole if not messages[r.start].meta.synthetic][-keep_rounds:]
+    limit = TAIL_BUDGET_SHARE * budget
+    while rounds and sum(count(m) for r in rounds for m in messages[r.start : r.end]) > limit:
+        rounds = rounds[1:]
+    return [m for r in rounds for m in messages[r.start : r.end]]
+
+
+def check_gates(post: int, source: int, window: int, input_budget: int) -> str | None:
+    """Why the replacement is not small enough, or ``None`` when it passes every gate."""
+    if source >= LARGE_SOURCE_TOKENS and post > 0.8 * source:
+        return f"the summary keeps {post:,} of {source:,} tokens (over 80 % of a large source)"
+    half = min(window, input_budget) // 2
+    if post > half:
+        return f"the replacement takes {post:,} tokens, over half the window ({half:,})"
+    if post > MAX_SUMMARY_TOKENS:
+        return f"the replacement takes {post:,} tokens, over {MAX_SUMMARY_TOKENS:,}"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# The fork loop
+
+
+class LLMSummarizer:
+    """Summarizes with the main model through a cache-sharing fork of the conversation."""
+
+    def __init__(self, provider: ChatProvider, model: ModelConfig) -> None:
+        self._provider = provider
+        self._model = model
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        source = prepare_fork_input(request.messages)
+        instruction = user(compaction_instruction(request.instructions))
+        fork_input = source
+        failures: list[str] = []
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                text = await self._fork(request, fork_input, instruction)
+            except ContextLimitError as exc:
+                smaller = shrink(fork_input, attempt, request.tool_effects)
+                if len(smaller) == len(fork_input) and _size(smaller) >= _size(fork_input):
+                    raise SummarizerError(f"the fork overflowed and cannot shrink: {exc}") from exc
+                failures.append(f"attempt {attempt + 1}: context limit, input shrunk")
+                fork_input = smaller
+                continue
+            except ProviderError as exc:
+                failures.append(f"attempt {attempt + 1}: {exc}")
+                continue
+            return self._replacement(request, text)
+        raise SummarizerError("the summarizer failed 3 attempts: " + "; ".join(failures))
+
+    async def _fork(
+        self, request: SummaryRequest, history: Sequence[Message], instruction: Message
+    ) -> str:
+        conversation: list[Message] = [*history, instruction]
+        for _ in range(MAX_FORK_ROUNDS):
+            chat = chat_request(
+                self._model, request.fixed.system, request.fixed.tools, conversation
+            )
+            turn = TurnAccumulator()
+            streamed = ""
+            async for event in self._provider.stream(chat, max_retries=0):
+                turn.add(event)
+                if isinstance(event, ContentDelta) and request.on_text is not None:
+                    streamed += event.text
+                    request.on_text(streamed)
+            answer = turn.message()
+            if answer.text.strip():
+                return answer.text
+            if not answer.tool_calls:
+                break
+            # Never run them: reject each call and ask again.
+            rejections = [tool_result(c.id, TOOL_REJECTION, error=True) for c in answer.tool_calls]
+            conversation = [*conversation, answer, *rejections]
+        raise SummarizerError(f"the model wrote no summary text in {MAX_FORK_ROUNDS} rounds")
+
+    def _replacement(self, request: SummaryRequest, text: str) -> Summary:
+        ledger = normalize_ledger(extract_summary(text))
+        ledger = place_exact_records(ledger, exact_records(request.messages))
+        if not ledger.strip():
+            raise SummarizerError("the model's summary was empty")
+        block = build_compact_block(ledger, active_task_of(request.messages))
+        tail = kept_tail(request.messages, request.keep_rounds, request.input_budget, request.count)
+        replacement = (block, *tail)
+        post = sum(request.count(m) for m in replacement)
+        source = sum(request.count(m) for m in request.messages)
+        failed = check_gates(post, source, request.window, request.input_budget)
+        if failed is not None:
+            raise SummarizerError(f"effect gate: {failed}")
+        return Summary(replacement, ledger, "llm")
+
+
+def _conforms(summarizer: LLMSummarizer) -> Summarizer:
+    return summarizer

@@ -1,0 +1,55 @@
+"""The OpenAI-compatible provider: request building, streaming, usage and errors (DESIGN §9).
+
+``chat_request`` builds every request (so the agent loop and the compaction
+fork share a byte-identical prefix), ``OpenAIProvider`` streams it through
+the official SDK as ``StreamEvent`` objects, ``TurnAccumulator`` folds them
+into an assistant ``Message``, and every failure is a ``ProviderError`` —
+``ContextLimitError`` when the request does not fit the window.
+"""
+
+from cairn.provider.client import OpenAIProvider
+from cairn.provider.config import ModelConfig, ModelConfigError, model_from_env
+from cairn.provider.errors import (
+    CONTEXT_LIMIT_CODES,
+    CONTEXT_LIMIT_PHRASES,
+    ContextLimitError,
+    ProviderError,
+    is_context_limit,
+)
+from cairn.provider.events import (
+    ContentDelta,
+    Finish,
+    ReasoningDelta,
+    StreamEvent,
+    ToolCallDelta,
+    TurnAccumulator,
+    UsageEvent,
+    events_from_chunk,
+    usage_from_wire,
+)
+from cairn.provider.protocol import ChatProvider
+from cairn.provider.request import ChatRequest, chat_request
+
+__all__ = [
+    "CONTEXT_LIMIT_CODES",
+    "CONTEXT_LIMIT_PHRASES",
+    "ChatProvider",
+    "ChatRequest",
+    "ContentDelta",
+    "ContextLimitError",
+    "Finish",
+    "ModelConfig",
+    "ModelConfigError",
+    "OpenAIProvider",
+    "ProviderError",
+    "ReasoningDelta",
+    "StreamEvent",
+    "ToolCallDelta",
+    "TurnAccumulator",
+    "UsageEvent",
+    "chat_request",
+    "events_from_chunk",
+    "is_context_limit",
+    "model_from_env",
+    "usage_from_wire",
+]

@@ -1,0 +1,577 @@
+"""A real OpenAI-compatible chat-completions server for tests (DESIGN §9).
+
+It listens on 127.0.0.1 (random port) in a background thread, speaks HTTP/1.1
+with keep-alive, and answers ``POST /v1/chat/completions`` from a queue of
+scripted ``Reply`` objects: Server-Sent Events in the exact OpenAI chunk
+format when the request streams, a ``chat.completion`` JSON object when it
+does not. Nothing in the client is mocked: the ``openai`` SDK talks to it
+over a socket exactly as it would to a provider.
+
+Use::
+
+    from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+
+    def test_something(openai_server: OpenAIServer) -> None:
+        openai_server.script(Reply(text="Hello there"))
+        ...  # point the client at openai_server.base_url
+        assert openai_server.requests[0].body["model"] == "test-model"
+
+A reply can stream text, reasoning and tool calls, carry a usage override,
+answer with an HTTP error, fail after some chunks (an SSE error event or a
+dropped connection), or stall on a ``threading.Event`` until the test
+releases it. With an empty queue the server answers ``DEFAULT_TEXT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import socketserver
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+DEFAULT_TEXT = "Hello from the test server."
+
+#: Proxy variables cleared by the fixture so the client never leaves 127.0.0.1.
+_PROXY_VARS = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+
+
+@dataclass(frozen=True)
+class ToolCallSpec:
+    """One tool call the scripted model makes; ``id`` defaults to a fresh ``call_…``."""
+
+    name: str
+    arguments: str = "{}"
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class UsageSpec:
+    """The usage the server reports; ``extra`` adds raw fields (``prompt_cache_hit_tokens``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int | None = None
+    cached_tokens: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        total = self.total_tokens
+        out: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": total
+            if total is not None
+            else self.prompt_tokens + self.completion_tokens,
+        }
+        if self.cached_tokens is not None:
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens, "audio_tokens": 0}
+        out.update(self.extra)
+        return out
+
+
+@dataclass(frozen=True)
+class ErrorSpec:
+    """An OpenAI error object: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    message: str
+    code: str | None = None
+    type: str = "invalid_request_error"
+    param: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass
+class Reply:
+    """One scripted response.
+
+    Streaming order: a ``role`` chunk, reasoning deltas, content deltas,
+    tool-call deltas, a finish chunk, a usage chunk (when the request asked
+    for ``stream_options.include_usage``), then ``[DONE]``. The counts in
+    ``error_after``, ``abort_after`` and ``hold_after`` are numbers of SSE
+    chunks sent before the event, role chunk included.
+    """
+
+    text: str | None = None
+    reasoning: str | None = None
+    tool_calls: Sequence[ToolCallSpec] = ()
+    #: Send the argument pieces of several calls interleaved (assembly by index).
+    interleave_tool_calls: bool = False
+    usage: UsageSpec | None = None
+    #: Default: ``tool_calls`` when there are calls, else ``stop``.
+    finish_reason: str | None = None
+    #: Leave out the finish chunk (a truncated stream that still ends cleanly).
+    omit_finish: bool = False
+    #: Characters per content / reasoning / arguments delta.
+    delta_chars: int = 4
+    #: An HTTP error status; ``error`` (or a generic one) is the JSON body.
+    status: int = 200
+    error: ErrorSpec | None = None
+    #: Send this many chunks, then an SSE ``error`` event carrying ``error``.
+    error_after: int | None = None
+    #: Send this many chunks, then drop the connection mid-body.
+    abort_after: int | None = None
+    #: Stall until the test sets it: before the response starts
+    #: (``hold_after=None``) or after ``hold_after`` chunks.
+    hold: threading.Event | None = None
+    hold_after: int | None = None
+    #: Sent with error statuses so the SDK's retries are immediate (0 < ms).
+    retry_after_ms: int | None = 1
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Set by the server when it starts playing this reply.
+    started: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def http_error(
+        cls,
+        status: int,
+        message: str = "The server had an error while processing your request.",
+        *,
+        code: str | None = None,
+        type: str | None = None,
+        **kwargs: Any,
+    ) -> Reply:
+        """An HTTP error answer; ``type`` defaults to what OpenAI sends for ``status``."""
+        if type is None:
+            type = (
+                "server_error"
+                if status >= 500
+                else "rate_limit_exceeded"
+                if status == 429
+                else "invalid_request_error"
+            )
+        return cls(status=status, error=ErrorSpec(message, code=code, type=type), **kwargs)
+
+    def resolved_finish_reason(self) -> str:
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+    def resolved_text(self) -> str | None:
+        if self.text is None and self.reasoning is None and not self.tool_calls:
+            return DEFAULT_TEXT
+        return self.text
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it (header names lower-cased)."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: dict[str, Any]
+    raw: bytes
+    #: The client's port: two requests with the same port shared one connection.
+    client_port: int = 0
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+class _StopError(Exception):
+    """The server is stopping (or the client went away): end this response."""
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+
+    def __init__(self, owner: OpenAIServer) -> None:
+        self.owner = owner
+        self.stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host name (a DNS lookup); skip it.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    # -- routing ---------------------------------------------------------
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self._send_json(
+                200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]}
+            )
+        else:
+            self._send_json(404, ErrorSpec("not found", type="not_found").to_json())
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._send_json(404, ErrorSpec(f"no route {self.path}", type="not_found").to_json())
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            self._send_json(400, ErrorSpec("request body is not JSON").to_json())
+            return
+        owner = self.server.owner
+        reply = owner._record_and_next(
+            RecordedRequest(
+                method="POST",
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=body,
+                raw=raw,
+                client_port=int(self.client_address[1]),
+            )
+        )
+        reply.started.set()
+        try:
+            self._play(reply, body)
+        except (_StopError, BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+
+    # -- playing a reply -------------------------------------------------
+
+    def _wait(self, hold: threading.Event) -> None:
+        while not hold.wait(0.02):
+            if self.server.stopping.is_set():
+                raise _StopError
+
+    def _play(self, reply: Reply, body: dict[str, Any]) -> None:
+        if reply.hold is not None and reply.hold_after is None:
+            self._wait(reply.hold)
+        if reply.status >= 400:
+            error = reply.error or ErrorSpec("error", type="server_error")
+            headers = dict(reply.headers)
+            if reply.retry_after_ms is not None:
+                headers.setdefault("retry-after-ms", str(reply.retry_after_ms))
+            self._send_json(reply.status, error.to_json(), headers)
+            return
+        if body.get("stream"):
+            self._stream(reply, body)
+        else:
+            self._send_json(reply.status, _completion(reply, body), reply.headers)
+
+    def _send_json(
+        self, status: int, payload: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", f"req_{uuid.uuid4().hex[:12]}")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
+
+    def _stream(self, reply: Reply, body: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("x-request-id", f"req_{uuid.uuid4().hex[:12]}")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        for sent, chunk in enumerate(_chunks(reply, body)):
+            if reply.hold is not None and reply.hold_after == sent:
+                self._wait(reply.hold)
+            if reply.abort_after == sent:
+                self._abort()
+                return
+            if reply.error_after == sent:
+                error = reply.error or ErrorSpec("stream failed", type="server_error")
+                self._write_chunk(
+                    b"event: error\ndata: %s\n\n" % json.dumps(error.to_json()).encode()
+                )
+                self._write_chunk(b"")
+                return
+            self._write_chunk(b"data: %s\n\n" % json.dumps(chunk).encode())
+        self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"")  # the terminating zero-length chunk
+
+    def _abort(self) -> None:
+        self.close_connection = True
+        self.wfile.flush()
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _chunks(reply: Reply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed reply, in order."""
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    created = int(time.time())
+    model = body.get("model", "test-model")
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_test",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if include_usage:
+            out["usage"] = None
+        return out
+
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    if reply.reasoning:
+        for piece in _pieces(reply.reasoning, reply.delta_chars):
+            yield chunk({"reasoning_content": piece})
+    text = reply.resolved_text()
+    if text:
+        for piece in _pieces(text, reply.delta_chars):
+            yield chunk({"content": piece})
+    yield from (chunk({"tool_calls": [d]}) for d in _tool_call_deltas(reply))
+    if not reply.omit_finish:
+        yield chunk({}, reply.resolved_finish_reason())
+    if include_usage:
+        yield {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_test",
+            "choices": [],
+            "usage": _usage(reply, body),
+        }
+
+
+def _tool_call_deltas(reply: Reply) -> list[dict[str, Any]]:
+    per_call: list[list[dict[str, Any]]] = []
+    for index, call in enumerate(reply.tool_calls):
+        call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+        deltas: list[dict[str, Any]] = [
+            {
+                "index": index,
+                "id": call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+        ]
+        for piece in _pieces(call.arguments, reply.delta_chars):
+            deltas.append({"index": index, "function": {"arguments": piece}})
+        per_call.append(deltas)
+    if not reply.interleave_tool_calls:
+        return [d for deltas in per_call for d in deltas]
+    out: list[dict[str, Any]] = []
+    for step in range(max((len(d) for d in per_call), default=0)):
+        out.extend(deltas[step] for deltas in per_call if step < len(deltas))
+    return out
+
+
+def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+    if reply.usage is not None:
+        return reply.usage.to_json()
+    prompt = max(1, len(json.dumps(body.get("messages", []))) // 4)
+    produced = (reply.resolved_text() or "") + (reply.reasoning or "")
+    produced += "".join(c.name + c.arguments for c in reply.tool_calls)
+    completion = max(1, (len(produced) + 3) // 4)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def _completion(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming ``chat.completion`` object."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.resolved_text()}
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id or f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in reply.tool_calls
+        ]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "test-model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": reply.resolved_finish_reason(),
+            }
+        ],
+        "usage": _usage(reply, body),
+    }
+
+
+class OpenAIServer:
+    """The scripted server. ``start()``/``stop()``, or use it as a context manager."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._queue: deque[Reply] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------
+
+    def start(self) -> OpenAIServer:
+        if self._httpd is not None:
+            return self
+        self._httpd = _HTTPServer(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name="openai-test-server",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.stopping.set()
+        httpd.shutdown()
+        httpd.drop_connections()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> OpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- addresses -------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the server is not running")
+        return self._httpd.server_port
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1`` — what the client's ``base_url`` should be."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- script and record -----------------------------------------------
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies; each request takes the next one (``DEFAULT_TEXT`` when empty)."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet played."""
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every chat-completions request received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        """The parsed JSON bodies of ``requests``."""
+        return [r.body for r in self.requests]
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until ``count`` requests arrived; ``TimeoutError`` otherwise."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise TimeoutError(f"{len(self._requests)} of {count} requests arrived")
+            return list(self._requests)
+
+    def _record_and_next(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            self._requests.append(request)
+            self._lock.notify_all()
+            return self._queue.popleft() if self._queue else Reply()
+
+
+@pytest.fixture(name="openai_server")
+def openai_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
+    """The ``openai_server`` fixture: a running ``OpenAIServer`` for one test, stopped after it.
+
+    Import it under this name (``from openai_server import openai_server_fixture``)
+    so a test parameter called ``openai_server`` does not shadow the import.
+    """
+    for name in _PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with OpenAIServer() as server:
+        yield server
+
+
+#: The same fixture under its own name, for ``from openai_server import openai_server``.
+openai_server = openai_server_fixture

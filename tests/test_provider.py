@@ -1,0 +1,778 @@
+"""The provider through a real local HTTP server: streaming, requests, usage, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import openai
+import pytest
+
+from cairn.messages import (
+    JSONObject,
+    ToolCall,
+    Usage,
+    assistant,
+    system,
+    tool_result,
+    user,
+)
+from cairn.provider import (
+    ChatProvider,
+    ChatRequest,
+    ContentDelta,
+    ContextLimitError,
+    Finish,
+    ModelConfig,
+    ModelConfigError,
+    OpenAIProvider,
+    ProviderError,
+    ReasoningDelta,
+    StreamEvent,
+    ToolCallDelta,
+    TurnAccumulator,
+    UsageEvent,
+    chat_request,
+    events_from_chunk,
+    is_context_limit,
+    model_from_env,
+    usage_from_wire,
+)
+from openai_server import (
+    DEFAULT_TEXT,
+    ErrorSpec,
+    OpenAIServer,
+    Reply,
+    ToolCallSpec,
+    UsageSpec,
+    openai_server_fixture,  # noqa: F401  (the ``openai_server`` fixture)
+)
+
+T = TypeVar("T")
+
+TOOLS: list[JSONObject] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+]
+
+
+#: Providers made by this test; ``run`` closes their pools before its loop ends.
+_PROVIDERS: list[OpenAIProvider] = []
+
+
+@pytest.fixture(autouse=True)
+def _forget_providers() -> Iterator[None]:
+    yield
+    _PROVIDERS.clear()
+
+
+def make_provider(config: ModelConfig, **kwargs: Any) -> OpenAIProvider:
+    provider = OpenAIProvider(config, **kwargs)
+    _PROVIDERS.append(provider)
+    return provider
+
+
+def run(factory: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        try:
+            return await factory()
+        finally:
+            for provider in _PROVIDERS:
+                await provider.aclose()
+
+    return asyncio.run(main())
+
+
+def config_for(server: OpenAIServer, **kwargs: Any) -> ModelConfig:
+    return ModelConfig(model="test-model", base_url=server.base_url, **kwargs)
+
+
+def simple_request(server: OpenAIServer, text: str = "hi") -> ChatRequest:
+    return chat_request(config_for(server), [system("You are terse.")], [], [user(text)])
+
+
+async def collect(
+    provider: OpenAIProvider, request: ChatRequest, **kwargs: Any
+) -> list[StreamEvent]:
+    return [event async for event in provider.stream(request, **kwargs)]
+
+
+async def collect_until_error(
+    provider: OpenAIProvider, request: ChatRequest, **kwargs: Any
+) -> tuple[list[StreamEvent], ProviderError]:
+    events: list[StreamEvent] = []
+    try:
+        async for event in provider.stream(request, **kwargs):
+            events.append(event)
+    except ProviderError as exc:
+        return events, exc
+    raise AssertionError("the stream did not fail")
+
+
+# ---------------------------------------------------------------------------
+# Streaming
+
+
+def test_streaming_text_with_usage(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply(text="Hello, streaming world.", usage=UsageSpec(120, 7, cached_tokens=100))
+    )
+    provider = make_provider(config_for(openai_server))
+    request = simple_request(openai_server)
+
+    async def scenario() -> tuple[list[StreamEvent], list[str], TurnAccumulator]:
+        acc = TurnAccumulator()
+        seen: list[StreamEvent] = []
+        texts: list[str] = []
+        assert not acc.output_started
+        async for event in provider.stream(request):
+            acc.add(event)
+            seen.append(event)
+            texts.append(acc.text)
+        await provider.aclose()
+        return seen, texts, acc
+
+    events, texts, acc = run(scenario)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ["ContentDelta"] * (len(events) - 2) + ["Finish", "UsageEvent"]
+    assert len(events) - 2 > 1  # the text arrived in several deltas
+    assert "".join(e.text for e in events if isinstance(e, ContentDelta)) == (
+        "Hello, streaming world."
+    )
+    assert texts[0] == "Hell" and texts[-1] == "Hello, streaming world."
+    assert events[-2] == Finish("stop")
+    usage = Usage(prompt_tokens=120, completion_tokens=7, total_tokens=127, cached_tokens=100)
+    assert events[-1] == UsageEvent(usage)
+
+    message = acc.message()
+    assert acc.output_started
+    assert message.role == "assistant"
+    assert message.content == "Hello, streaming world."
+    assert message.tool_calls == ()
+    assert message.reasoning is None
+    assert message.meta.usage == usage
+    assert message.meta.extra == {"finish_reason": "stop"}
+
+
+def test_complete_returns_the_default_reply_when_nothing_is_scripted(
+    openai_server: OpenAIServer,
+) -> None:
+    provider = make_provider(config_for(openai_server))
+    message = run(lambda: provider.complete(simple_request(openai_server)))
+    assert message.content == DEFAULT_TEXT
+    usage = message.meta.usage
+    assert usage is not None and usage.total_tokens == usage.prompt_tokens + (
+        usage.completion_tokens
+    )
+    assert usage.cached_tokens == 0
+
+
+def test_reasoning_deltas_come_before_the_answer(openai_server: OpenAIServer) -> None:
+    openai_server.script(Reply(reasoning="Two plus two is four.", text="4"))
+    provider = make_provider(config_for(openai_server))
+    events = run(lambda: collect(provider, simple_request(openai_server)))
+    reasoning = [e for e in events if isinstance(e, ReasoningDelta)]
+    assert len(reasoning) > 1
+    first_content = next(i for i, e in enumerate(events) if isinstance(e, ContentDelta))
+    assert all(events.index(e) < first_content for e in reasoning)
+
+    acc = TurnAccumulator()
+    for event in events:
+        acc.add(event)
+    message = acc.message()
+    assert message.reasoning == "Two plus two is four."
+    assert message.content == "4"
+
+
+def test_parallel_tool_calls_are_assembled_by_index(openai_server: OpenAIServer) -> None:
+    calls = [
+        ToolCallSpec("read_file", '{"path": "src/app.py"}', id="call_a"),
+        ToolCallSpec("grep", '{"pattern": "def main", "path": "."}', id="call_b"),
+        ToolCallSpec("bash", '{"command": "ls -la"}', id="call_c"),
+    ]
+    openai_server.script(Reply(tool_calls=calls, interleave_tool_calls=True))
+    provider = make_provider(config_for(openai_server))
+    events = run(lambda: collect(provider, simple_request(openai_server)))
+
+    deltas = [e for e in events if isinstance(e, ToolCallDelta)]
+    # Interleaved on the wire: the indexes alternate.
+    assert [d.index for d in deltas[:3]] == [0, 1, 2]
+    assert [d.index for d in deltas[3:6]] == [0, 1, 2]
+    assert Finish("tool_calls") in events
+
+    acc = TurnAccumulator()
+    for event in events:
+        acc.add(event)
+    message = acc.message()
+    assert message.content is None
+    assert message.tool_calls == (
+        ToolCall("call_a", "read_file", '{"path": "src/app.py"}'),
+        ToolCall("call_b", "grep", '{"pattern": "def main", "path": "."}'),
+        ToolCall("call_c", "bash", '{"command": "ls -la"}'),
+    )
+    assert message.meta.extra == {"finish_reason": "tool_calls"}
+
+
+def test_text_and_a_tool_call_in_one_turn(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply(text="Let me look.", tool_calls=[ToolCallSpec("read_file", '{"path": "a"}')])
+    )
+    provider = make_provider(config_for(openai_server))
+    message = run(lambda: provider.complete(simple_request(openai_server)))
+    assert message.content == "Let me look."
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("read_file", '{"path": "a"}')]
+    assert message.tool_calls[0].id.startswith("call_")
+
+
+def test_an_abandoned_stream_leaves_the_provider_usable(openai_server: OpenAIServer) -> None:
+    openai_server.script(Reply(text="x" * 400, delta_chars=1), Reply(text="second"))
+    provider = make_provider(config_for(openai_server))
+
+    async def scenario() -> str:
+        stream = provider.stream(simple_request(openai_server))
+        async for _event in stream:
+            break
+        await stream.aclose()
+        message = await provider.complete(simple_request(openai_server))
+        await provider.aclose()
+        return message.text
+
+    assert run(scenario) == "second"
+    assert len(openai_server.requests) == 2
+
+
+def test_one_provider_serves_several_event_loops(openai_server: OpenAIServer) -> None:
+    openai_server.script(Reply(text="one"), Reply(text="two"))
+    provider = make_provider(config_for(openai_server))
+    first = run(lambda: provider.complete(simple_request(openai_server)))
+    second = run(lambda: provider.complete(simple_request(openai_server)))
+    assert (first.text, second.text) == ("one", "two")
+
+
+def test_a_held_reply_stalls_until_released(openai_server: OpenAIServer) -> None:
+    import threading
+
+    gate = threading.Event()
+    reply = Reply(text="released", hold=gate, hold_after=1)
+    openai_server.script(reply)
+    provider = make_provider(config_for(openai_server))
+
+    async def scenario() -> tuple[bool, str]:
+        task = asyncio.create_task(provider.complete(simple_request(openai_server)))
+        await asyncio.to_thread(openai_server.wait_for_requests, 1)
+        await asyncio.to_thread(reply.started.wait, 5)
+        await asyncio.sleep(0)
+        pending = not task.done()
+        gate.set()
+        message = await task
+        return pending, message.text
+
+    pending, text = run(scenario)
+    assert pending
+    assert text == "released"
+
+
+def test_requests_run_concurrently_while_one_is_held(openai_server: OpenAIServer) -> None:
+    import threading
+
+    gate = threading.Event()
+    openai_server.script(Reply(text="slow", hold=gate), Reply(text="fast"))
+    provider = make_provider(config_for(openai_server))
+
+    async def scenario() -> tuple[str, bool, str]:
+        slow = asyncio.create_task(provider.complete(simple_request(openai_server, "one")))
+        await asyncio.to_thread(openai_server.wait_for_requests, 1)
+        fast = await provider.complete(simple_request(openai_server, "two"))
+        slow_pending = not slow.done()
+        gate.set()
+        return fast.text, slow_pending, (await slow).text
+
+    fast, slow_pending, slow = run(scenario)
+    assert (fast, slow_pending, slow) == ("fast", True, "slow")
+    first, second = openai_server.requests
+    assert first.client_port != second.client_port
+
+
+def test_sequential_requests_reuse_one_connection(openai_server: OpenAIServer) -> None:
+    provider = make_provider(config_for(openai_server))
+
+    async def scenario() -> None:
+        for _ in range(3):
+            await provider.complete(simple_request(openai_server))
+        await provider.aclose()
+
+    run(scenario)
+    assert len({r.client_port for r in openai_server.requests}) == 1
+
+
+# ---------------------------------------------------------------------------
+# Requests
+
+
+def _history() -> tuple[list[Any], list[Any]]:
+    call = ToolCall("call_1", "read_file", '{"path": "README.md"}')
+    system_messages = [system("You are a coding agent.")]
+    history = [
+        user("What does the README say?"),
+        assistant("Reading it.", [call], reasoning="The user wants the README."),
+        tool_result("call_1", "# Cairn\nAn agent runtime."),
+        assistant("It describes Cairn, an agent runtime."),
+        user("Thanks. Now summarise the tests."),
+    ]
+    return system_messages, history
+
+
+def test_the_recorded_body_is_exactly_chat_request_body(openai_server: OpenAIServer) -> None:
+    config = config_for(
+        openai_server, params={"temperature": 0.2, "top_p": 0.9, "seed": 7}, max_output_tokens=512
+    )
+    system_messages, history = _history()
+    with_tools = chat_request(
+        config, system_messages, TOOLS, history, reasoning_field="reasoning_content"
+    )
+    without_tools = chat_request(config, system_messages, [], history)
+    provider = make_provider(config)
+
+    async def scenario() -> None:
+        await provider.complete(with_tools)
+        await provider.complete(without_tools)
+
+    run(scenario)
+    first, second = openai_server.bodies
+    assert first == with_tools.body()
+    assert second == without_tools.body()
+    assert first["stream"] is True
+    assert first["stream_options"] == {"include_usage": True}
+    assert first["max_tokens"] == 512 and first["temperature"] == 0.2
+    assert first["tools"] == TOOLS
+    assert "tools" not in second
+    # Reasoning goes back only under the requested field.
+    assert first["messages"][2]["reasoning_content"] == "The user wants the README."
+    assert "reasoning_content" not in second["messages"][2]
+    assert first["messages"][3] == {
+        "role": "tool",
+        "content": "# Cairn\nAn agent runtime.",
+        "tool_call_id": "call_1",
+    }
+
+
+def _wire_messages_text(raw: bytes) -> str:
+    """The ``messages`` array exactly as its bytes went over the wire."""
+    text = raw.decode()
+    start = text.index("[", text.index('"messages"'))
+    _, end = json.JSONDecoder().raw_decode(text, start)
+    return text[start:end]
+
+
+def test_two_requests_over_one_history_share_their_prefix_byte_for_byte(
+    openai_server: OpenAIServer,
+) -> None:
+    config = config_for(openai_server, params={"temperature": 0.0})
+    system_messages, history = _history()
+    main = chat_request(config, system_messages, TOOLS, history)
+    fork = chat_request(
+        config, system_messages, TOOLS, [*history, user("Summarise the conversation.")]
+    )
+    assert fork.messages[: len(main.messages)] == main.messages
+    assert (fork.model, fork.tools, fork.params) == (main.model, main.tools, main.params)
+    assert chat_request(config, system_messages, TOOLS, history) == main
+
+    provider = make_provider(config)
+
+    async def scenario() -> None:
+        await provider.complete(main)
+        await provider.complete(fork)
+
+    run(scenario)
+    main_wire, fork_wire = (_wire_messages_text(r.raw) for r in openai_server.requests)
+    # Same bytes up to the main request's closing bracket.
+    assert fork_wire.startswith(main_wire[:-1])
+    assert len(fork_wire) > len(main_wire)
+
+
+def test_reserved_params_are_rejected() -> None:
+    with pytest.raises(ModelConfigError, match="stream"):
+        ModelConfig(model="m", params={"stream": False})
+    with pytest.raises(ValueError, match="messages"):
+        ChatRequest(model="m", messages=(), params={"messages": []})
+
+
+def test_api_key_comes_from_the_configured_variable(
+    openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_TEST_KEY", "sk-test-123")
+    provider = make_provider(config_for(openai_server, api_key_env="MY_TEST_KEY"))
+    run(lambda: provider.complete(simple_request(openai_server)))
+    monkeypatch.delenv("MY_TEST_KEY")
+    keyless = make_provider(config_for(openai_server, api_key_env="MY_TEST_KEY"))
+    run(lambda: keyless.complete(simple_request(openai_server)))
+    first, second = openai_server.requests
+    assert first.headers["authorization"] == "Bearer sk-test-123"
+    assert second.headers["authorization"] == "Bearer not-needed"
+    assert first.path == "/v1/chat/completions"
+
+
+def test_openai_provider_is_a_chat_provider() -> None:
+    assert isinstance(OpenAIProvider(ModelConfig(model="m")), ChatProvider)
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+@pytest.mark.parametrize(
+    ("reply", "status"),
+    [
+        (
+            Reply.http_error(
+                400, "Your input is too large for this model.", code="context_length_exceeded"
+            ),
+            400,
+        ),
+        (Reply.http_error(413, "Request Entity Too Large", type="request_too_large"), 413),
+        (
+            Reply.http_error(
+                400,
+                "This model's maximum context length is 8192 tokens. However, your messages "
+                "resulted in 9000 tokens. Please reduce the length of the messages.",
+            ),
+            400,
+        ),
+    ],
+    ids=["code", "413", "message"],
+)
+def test_context_limit_before_output(
+    openai_server: OpenAIServer, reply: Reply, status: int
+) -> None:
+    openai_server.script(reply)
+    provider = make_provider(config_for(openai_server))  # default retries: 4xx are not retried
+    events, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert isinstance(error, ContextLimitError)
+    assert events == []
+    assert error.output_started is False
+    assert error.status == status
+    assert len(openai_server.requests) == 1
+
+
+def test_context_limit_inside_the_stream_after_output(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply(
+            text="partial answer",
+            error_after=3,
+            error=ErrorSpec("context window exceeded", code="context_length_exceeded"),
+        )
+    )
+    provider = make_provider(config_for(openai_server))
+    events, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert isinstance(error, ContextLimitError)
+    assert error.output_started is True
+    assert error.status is None and error.code == "context_length_exceeded"
+    assert [e for e in events if isinstance(e, ContentDelta)] == [
+        ContentDelta("part"),
+        ContentDelta("ial "),
+    ]
+
+
+def test_a_server_error_event_after_output(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply(
+            text="partial",
+            error_after=2,
+            error=ErrorSpec("The server had an error.", type="server_error"),
+        )
+    )
+    provider = make_provider(config_for(openai_server))
+    events, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert type(error) is ProviderError
+    assert error.output_started is True
+    assert error.message == "The server had an error."
+    assert events == [ContentDelta("part")]
+
+
+def test_a_dropped_connection_after_output(openai_server: OpenAIServer) -> None:
+    openai_server.script(Reply(text="partial answer", abort_after=3))
+    provider = make_provider(config_for(openai_server))
+    events, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert type(error) is ProviderError
+    assert error.output_started is True
+    assert len(events) == 2
+    assert len(openai_server.requests) == 1  # nothing is retried once streaming began
+
+
+def test_an_error_event_before_output_is_not_output(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply(error_after=1, error=ErrorSpec("prompt is too long: 210000 tokens > 200000"))
+    )
+    provider = make_provider(config_for(openai_server))
+    events, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert isinstance(error, ContextLimitError)
+    assert events == []
+    assert error.output_started is False
+
+
+def test_a_stream_without_a_finish_reason_is_an_error(openai_server: OpenAIServer) -> None:
+    openai_server.script(Reply(text="cut off", omit_finish=True))
+    provider = make_provider(config_for(openai_server))
+    _, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert type(error) is ProviderError
+    assert error.code == "incomplete_stream"
+    assert error.output_started is True
+
+
+def test_a_500_without_retries_is_one_request(openai_server: OpenAIServer) -> None:
+    openai_server.script(*(Reply.http_error(500, type="server_error") for _ in range(3)))
+    provider = make_provider(config_for(openai_server), max_retries=0)
+    _, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert type(error) is ProviderError
+    assert error.status == 500 and error.output_started is False
+    assert len(openai_server.requests) == 1
+
+
+def test_a_500_with_two_retries_is_three_requests(openai_server: OpenAIServer) -> None:
+    openai_server.script(*(Reply.http_error(500, type="server_error") for _ in range(3)))
+    provider = make_provider(config_for(openai_server), max_retries=2)
+    _, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert error.status == 500
+    assert len(openai_server.requests) == 3
+    retry_counts = [r.headers["x-stainless-retry-count"] for r in openai_server.requests]
+    assert retry_counts == ["0", "1", "2"]
+
+
+def test_per_call_retries_override_the_provider(openai_server: OpenAIServer) -> None:
+    openai_server.script(*(Reply.http_error(503, type="server_error") for _ in range(3)))
+    provider = make_provider(config_for(openai_server), max_retries=2)
+    _, error = run(
+        lambda: collect_until_error(provider, simple_request(openai_server), max_retries=0)
+    )
+    assert error.status == 503
+    assert len(openai_server.requests) == 1
+
+
+def test_a_rate_limit_is_retried_then_succeeds(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply.http_error(429, "Rate limit reached: too many tokens per min", type="tokens"),
+        Reply(text="after the limit"),
+    )
+    provider = make_provider(config_for(openai_server))
+    message = run(lambda: provider.complete(simple_request(openai_server)))
+    assert message.text == "after the limit"
+    assert len(openai_server.requests) == 2
+
+
+def test_a_rate_limit_is_never_a_context_limit(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply.http_error(429, "Rate limit reached: too many tokens per min", type="tokens")
+    )
+    provider = make_provider(config_for(openai_server), max_retries=0)
+    _, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
+    assert type(error) is ProviderError
+    assert error.status == 429
+
+
+def test_an_unreachable_server_is_a_provider_error() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = ModelConfig(model="m", base_url=f"http://127.0.0.1:{port}/v1")
+    provider = make_provider(config, max_retries=0)
+    request = chat_request(config, [], [], [user("hi")])
+    _, error = run(lambda: collect_until_error(provider, request))
+    assert type(error) is ProviderError
+    assert error.status is None and error.output_started is False
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message", "expected"),
+    [
+        (413, None, "Request Entity Too Large", True),
+        (400, "context_length_exceeded", "whatever", True),
+        (400, "exceed_context_size_error", "", True),
+        (400, None, "This model's maximum context length is 8192 tokens.", True),
+        (None, None, "Context length exceeded", True),
+        (400, None, "prompt is too long: 210000 tokens > 200000 maximum", True),
+        (400, None, "Too many tokens in the request", True),
+        (400, None, "Input is too long for requested model.", True),
+        (400, None, "Your input exceeds the context window of this model.", True),
+        (400, None, "Please reduce the length of the messages or completion.", True),
+        (400, None, "the request exceeds the available context size", True),
+        (400, None, "Invalid value for 'temperature'", False),
+        (401, "invalid_api_key", "Incorrect API key provided", False),
+        (500, None, "The server had an error", False),
+        (429, None, "Rate limit: too many tokens per min", False),
+        (None, None, "", False),
+    ],
+)
+def test_is_context_limit(
+    status: int | None, code: str | None, message: str, expected: bool
+) -> None:
+    assert is_context_limit(status, code, message) is expected
+
+
+# ---------------------------------------------------------------------------
+# Chunks, usage and configuration without a server
+
+
+def test_events_from_chunk_reads_the_reasoning_field_and_missing_indexes() -> None:
+    chunk = {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "reasoning": "hmm",
+                    "content": "",
+                    "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}],
+                },
+                "finish_reason": None,
+            }
+        ]
+    }
+    assert events_from_chunk(chunk) == [
+        ReasoningDelta("hmm"),
+        ToolCallDelta(0, "c1", "f", "{}"),
+    ]
+    assert events_from_chunk({"choices": [], "usage": None}) == []
+
+
+def test_usage_mapping_variants() -> None:
+    deepseek = usage_from_wire(
+        {
+            "prompt_tokens": 100,
+            "completion_tokens": 10,
+            "total_tokens": 110,
+            "prompt_cache_hit_tokens": 64,
+            "prompt_cache_miss_tokens": 36,
+        }
+    )
+    assert deepseek == Usage(100, 10, 110, cached_tokens=64)
+    no_total = usage_from_wire({"prompt_tokens": 5, "completion_tokens": 2})
+    assert no_total.total_tokens == 7 and no_total.cached_tokens is None
+    gateway = usage_from_wire(
+        {
+            "prompt_tokens": 50,
+            "completion_tokens": 5,
+            "total_tokens": 55,
+            "cache_read_input_tokens": 40,
+            "cache_creation_input_tokens": 10,
+        }
+    )
+    assert (gateway.cache_read_input_tokens, gateway.cache_creation_input_tokens) == (40, 10)
+
+
+def test_deepseek_cache_fields_through_the_server(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply(text="ok", usage=UsageSpec(300, 3, extra={"prompt_cache_hit_tokens": 256}))
+    )
+    provider = make_provider(config_for(openai_server))
+    message = run(lambda: provider.complete(simple_request(openai_server)))
+    assert message.meta.usage == Usage(300, 3, 303, cached_tokens=256)
+
+
+def test_accumulator_gives_a_call_without_id_a_stable_one() -> None:
+    acc = TurnAccumulator()
+    acc.add(ToolCallDelta(0, None, "f", '{"a"'))
+    acc.add(ToolCallDelta(0, None, None, ": 1}"))
+    first, second = acc.message(), acc.message()
+    assert first.tool_calls[0].arguments == '{"a": 1}'
+    assert first.tool_calls[0].id == second.tool_calls[0].id
+    assert acc.output_started
+    assert not TurnAccumulator().output_started
+    finish_only = TurnAccumulator()
+    finish_only.add(Finish("stop"))
+    assert not finish_only.output_started
+    assert finish_only.message().content == ""
+
+
+def test_model_from_env() -> None:
+    assert model_from_env({}) is None
+    assert model_from_env({"CAIRN_MODEL": "  "}) is None
+    assert model_from_env({"CAIRN_MODEL": "gpt-4o-mini"}) == ModelConfig(model="gpt-4o-mini")
+    full = model_from_env(
+        {
+            "CAIRN_MODEL": "deepseek-chat",
+            "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1",
+            "CAIRN_CONTEXT_WINDOW": "65536",
+            "CAIRN_MAX_OUTPUT_TOKENS": "8192",
+        }
+    )
+    assert full == ModelConfig(
+        model="deepseek-chat",
+        base_url="http://127.0.0.1:8000/v1",
+        context_window=65_536,
+        max_output_tokens=8_192,
+    )
+    with pytest.raises(ModelConfigError, match="CAIRN_CONTEXT_WINDOW"):
+        model_from_env({"CAIRN_MODEL": "m", "CAIRN_CONTEXT_WINDOW": "big"})
+    with pytest.raises(ModelConfigError, match="CAIRN_MAX_OUTPUT_TOKENS"):
+        model_from_env({"CAIRN_MODEL": "m", "CAIRN_MAX_OUTPUT_TOKENS": "0"})
+
+
+def test_max_output_tokens_goes_out_as_max_tokens() -> None:
+    config = ModelConfig(
+        model="m", params={"temperature": 1.0, "max_tokens": 5}, max_output_tokens=9
+    )
+    request = chat_request(config, [], [], [user("x")])
+    assert request.params == {"temperature": 1.0, "max_tokens": 9}
+    assert request.body() == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "temperature": 1.0,
+        "max_tokens": 9,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+# ---------------------------------------------------------------------------
+# The test server itself speaks the protocol the SDK expects
+
+
+def test_the_server_answers_non_streaming_requests(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply(text="plain", reasoning="why", tool_calls=[ToolCallSpec("f", '{"x": 1}', id="c9")])
+    )
+
+    async def scenario() -> Any:
+        async with openai.AsyncOpenAI(
+            base_url=openai_server.base_url, api_key="k", max_retries=0
+        ) as client:
+            return await client.chat.completions.create(
+                model="test-model", messages=[{"role": "user", "content": "hi"}]
+            )
+
+    completion = run(scenario)
+    choice = completion.choices[0]
+    assert choice.message.content == "plain"
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls is not None
+    assert choice.message.tool_calls[0].id == "c9"
+    assert completion.usage is not None and completion.usage.total_tokens > 0
+    assert "stream" not in openai_server.bodies[0]
+
+
+def test_the_server_omits_usage_unless_asked(openai_server: OpenAIServer) -> None:
+    async def scenario() -> list[Any]:
+        async with openai.AsyncOpenAI(
+            base_url=openai_server.base_url, api_key="k", max_retries=0
+        ) as client:
+            stream = await client.chat.completions.create(
+                model="test-model", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            return [chunk async for chunk in stream]
+
+    chunks = run(scenario)
+    assert all(chunk.usage is None for chunk in chunks)
+    assert chunks[-1].choices[0].finish_reason == "stop"
