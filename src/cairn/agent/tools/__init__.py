@@ -1,0 +1,1 @@
+"""The tools an agent can call; each declares whether it only reads or writes."""

@@ -1,0 +1,83 @@
+"""What a tool is: a name, a JSON schema, a declared effect and an async ``run``.
+
+Tools never raise for the model's mistakes: a bad argument, a path outside
+the workspace or a refused permission is a ``ToolResult`` with
+``is_error=True`` whose text tells the model what went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, TypeAlias
+
+from cairn.agent.state import SessionState
+from cairn.context.effects import ToolEffect
+from cairn.messages import JSONObject, JSONValue
+
+PermissionMode: TypeAlias = Literal["ask", "accept-edits", "bypass"]
+PERMISSION_MODES: tuple[PermissionMode, ...] = ("ask", "accept-edits", "bypass")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str
+    is_error: bool = False
+    extra: dict[str, JSONValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    tool: str
+    #: One line a person can judge: the command, or the file and the kind of change.
+    summary: str
+
+
+#: Asks the surface whether a tool may run; ``None`` when nobody can be asked.
+Asker: TypeAlias = Callable[[PermissionRequest], Awaitable[bool]]
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may use."""
+
+    workspace: Path
+    state: SessionState
+    #: The session's folder for artifacts (plans, background output).
+    session_dir: Path
+    permission_mode: PermissionMode = "ask"
+    ask: Asker | None = None
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
+    clock: Callable[[], float] = field(default=lambda: 0.0)
+
+
+class Tool(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> JSONObject:
+        """The JSON schema of the arguments object."""
+        ...
+
+    @property
+    def effect(self) -> ToolEffect: ...
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult: ...
+
+
+def tool_schema(tool: Tool) -> JSONObject:
+    """The OpenAI ``tools`` entry for ``tool``."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
