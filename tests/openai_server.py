@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -422,7 +422,8 @@ def _tool_call_deltas(reply: Reply) -> list[dict[str, Any]]:
 def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
     if reply.usage is not None:
         return reply.usage.to_json()
-    prompt = max(1, len(json.dumps(body.get("messages", []))) // 4)
+    # Like a provider, count everything the request carries: messages and tool schemas.
+    prompt = max(1, len(json.dumps([body.get("messages", []), body.get("tools", [])])) // 4)
     produced = (reply.resolved_text() or "") + (reply.reasoning or "")
     produced += "".join(c.name + c.arguments for c in reply.tool_calls)
     completion = max(1, (len(produced) + 3) // 4)
@@ -473,6 +474,7 @@ class OpenAIServer:
         self._lock = threading.Condition()
         self._queue: deque[Reply] = deque()
         self._requests: list[RecordedRequest] = []
+        self._responder: Callable[[dict[str, Any]], Reply | None] | None = None
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -528,6 +530,15 @@ class OpenAIServer:
         with self._lock:
             self._queue.extend(replies)
 
+    def respond_with(self, responder: Callable[[dict[str, Any]], Reply | None]) -> None:
+        """Answer from ``responder(body)`` (a model that reacts to what it is sent).
+
+        Queued replies still go first; a responder returning ``None`` falls back
+        to ``DEFAULT_TEXT``.
+        """
+        with self._lock:
+            self._responder = responder
+
     @property
     def pending(self) -> int:
         """Scripted replies not yet played."""
@@ -556,7 +567,12 @@ class OpenAIServer:
         with self._lock:
             self._requests.append(request)
             self._lock.notify_all()
-            return self._queue.popleft() if self._queue else Reply()
+            if self._queue:
+                return self._queue.popleft()
+            responder = self._responder
+        if responder is not None:
+            return responder(request.body) or Reply()
+        return Reply()
 
 
 @pytest.fixture(name="openai_server")

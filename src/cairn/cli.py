@@ -120,6 +120,22 @@ def _run_replay(args: argparse.Namespace) -> int:
     )
 
 
+def _run_print(args: argparse.Namespace) -> int:
+    from cairn.surfaces.print_mode import PrintArgs, run_print
+
+    return run_print(
+        PrintArgs(
+            prompt=args.prompt,
+            output_format=args.output_format,
+            resume=args.resume,
+            model=args.model,
+            permission_mode=args.permission_mode,
+            max_turns=args.max_turns,
+            workspace=Path.cwd(),
+        )
+    )
+
+
 #: Every subcommand, in the order ``cairn --help`` lists them.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect, _add_replay)
 
@@ -130,6 +146,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cairn: keep a long-running LLM agent session inside its context window.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    headless = parser.add_argument_group("one task, no interface (cairn -p)")
+    headless.add_argument(
+        "-p",
+        "--print",
+        dest="prompt",
+        nargs="?",
+        const="-",
+        metavar="PROMPT",
+        help="run one task to the end and print the answer (no PROMPT: read it from stdin)",
+    )
+    headless.add_argument(
+        "--output-format", choices=("text", "json", "stream-json"), default="text"
+    )
+    headless.add_argument("--resume", metavar="ID", help="continue session ID of this workspace")
+    headless.add_argument("--model", help="the model name (overrides CAIRN_MODEL and settings)")
+    headless.add_argument(
+        "--permission-mode",
+        choices=("ask", "accept-edits", "bypass"),
+        default="accept-edits",
+        help="ask refuses writes and commands here (nobody can answer); default accept-edits",
+    )
+    headless.add_argument("--max-turns", type=int, default=50, help="requests at most")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
         add(subparsers)
@@ -145,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
         return exc.code if isinstance(exc.code, int) else 2
     handler: Handler | None = getattr(args, "handler", None)
+    if handler is None and args.prompt is not None:
+        handler = _run_print
     if handler is None:
         parser.print_help(sys.stderr)
         return 2

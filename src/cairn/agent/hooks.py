@@ -27,6 +27,7 @@ another one reads, or several append to the same log. Running them in parallel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -45,6 +46,8 @@ NOTICE_EXIT_CODE = 2
 #: Longest hook stderr quoted in one notice, in characters.
 MAX_NOTICE_CHARS = 4_000
 _MAX_COMMAND_CHARS = 80
+#: How long a killed hook may take to release its pipes, in seconds.
+_REAP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +168,13 @@ class HookRunner:
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(payload), hook.timeout)
         except TimeoutError:
-            _kill_group(process)
-            await process.wait()
+            await _kill_and_reap(process)
             return f"timed out after {hook.timeout:g} s and was killed"
+        except asyncio.CancelledError:
+            # The caller was cancelled (the session was aborted): leave nothing running.
+            await _kill_and_reap(process)
+            raise
         except BaseException:
-            # Cancelled by the caller (the session was aborted): leave nothing running.
             _kill_group(process)
             raise
         assert process.returncode is not None
@@ -178,6 +183,19 @@ class HookRunner:
             stdout.decode("utf-8", errors="replace"),
             stderr.decode("utf-8", errors="replace"),
         )
+
+
+async def _kill_and_reap(process: asyncio.subprocess.Process) -> None:
+    """Kill the hook's process group and wait for it, so its pipes and transport close.
+
+    The wait is bounded: a grandchild that left the group (``setsid``) may
+    hold the pipes open, and it must not hang the session.
+    """
+    _kill_group(process)
+    if process.stdin is not None:
+        process.stdin.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(process.communicate(), _REAP_GRACE_S)
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:

@@ -1,0 +1,97 @@
+"""Slash commands: handled by the runtime, never sent to the model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn.agent.session import Runtime
+from cairn.context.hooks import CompactionBlockedError
+from cairn.context.pipeline import CompactionFailedError
+
+HELP = """Commands:
+  /compact [instructions]  summarize the conversation now (instructions focus the summary)
+  /clear                   start a new session (the old one stays on disk)
+  /resume [id]             resume a session of this workspace (no id: list them)
+  /status                  model, window, tokens, phase and compactions so far
+  /help                    this list"""
+
+COMMANDS = ("/compact", "/clear", "/resume", "/status", "/help")
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    text: str
+    ok: bool = True
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """``("/compact", "focus on X")`` for a known command, ``None`` for anything else."""
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        return None
+    name, _, argument = stripped.partition(" ")
+    return (name, argument.strip()) if name in COMMANDS else None
+
+
+async def run_command(runtime: Runtime, name: str, argument: str) -> CommandOutcome:
+    if name == "/compact":
+        return await _compact(runtime, argument or None)
+    if name == "/clear":
+        session = runtime.clear()
+        return CommandOutcome(f"new session {session.id}")
+    if name == "/resume":
+        return _resume(runtime, argument or None)
+    if name == "/status":
+        return _status(runtime)
+    return CommandOutcome(HELP)
+
+
+async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome:
+    session = runtime.current
+    if session.status == "streaming":
+        return CommandOutcome("/compact ignored: a response is streaming; try again when it ends")
+    if session.pipeline.compacting:
+        return CommandOutcome("/compact skipped: a compaction is already running")
+    try:
+        outcome = await session.pipeline.compact(session.fixed_context(), instructions=instructions)
+    except CompactionFailedError as exc:
+        return CommandOutcome(f"compaction failed: {exc}", ok=False)
+    except CompactionBlockedError as exc:
+        return CommandOutcome(str(exc), ok=False)
+    if outcome is None:
+        return CommandOutcome("/compact skipped: the session changed or is busy")
+    return CommandOutcome(
+        f"compacted ({outcome.strategy}): {outcome.pre_tokens:,} → {outcome.post_tokens:,} tokens"
+    )
+
+
+def _resume(runtime: Runtime, session_id: str | None) -> CommandOutcome:
+    if session_id is None:
+        listed = runtime.list_sessions()
+        if not listed:
+            return CommandOutcome("no sessions in this workspace")
+        lines = [f"{s.id}  {s.messages:>4} messages  {s.first_prompt[:60]}" for s in listed[:20]]
+        return CommandOutcome("\n".join(lines))
+    try:
+        session = runtime.resume(session_id)
+    except LookupError as exc:
+        return CommandOutcome(str(exc), ok=False)
+    return CommandOutcome(f"resumed {session.id} ({len(session.ui_messages())} messages)")
+
+
+def _status(runtime: Runtime) -> CommandOutcome:
+    session = runtime.current
+    snapshot = session.pipeline.project(session.fixed_context())
+    window = session.pipeline.config.context_window
+    tokens = f"{snapshot.tokens:,}" if snapshot.tokens is not None else "unknown"
+    budget = f" of {snapshot.input_budget:,}" if snapshot.input_budget else ""
+    lines = [
+        f"session      {session.id}",
+        f"model        {session.model.model}",
+        f"window       {window:,}" if window else "window       unknown",
+        f"tokens       {tokens}{budget} ({snapshot.source})",
+        f"phase        {snapshot.phase}",
+        f"compactions  {session.pipeline.epoch}",
+        f"status       {session.status}",
+    ]
+    return CommandOutcome("\n".join(lines))

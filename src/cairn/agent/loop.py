@@ -1,0 +1,186 @@
+"""The agent loop: check the context, stream a request, run the tools, repeat.
+
+Every request — the first and each follow-up after tool results — goes
+through ``check_and_compact`` first. Every message is persisted before the
+next step uses it, and an abort at any point leaves whole rounds: a tool call
+that did not run gets a result saying it was interrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cairn.agent.events import (
+    ErrorEvent,
+    MessageAdded,
+    MessageUpdated,
+    Notice,
+    ToolFinished,
+    ToolStarted,
+    UsageUpdate,
+)
+from cairn.agent.session import Session
+from cairn.context.hooks import CompactionBlockedError
+from cairn.context.pipeline import CheckpointFailedError, ContextWindowExceededError
+from cairn.context.tracker import FixedContext
+from cairn.messages import Message, ToolCall, group_rounds, new_id, tool_result, user
+from cairn.provider import (
+    ContentDelta,
+    ContextLimitError,
+    ProviderError,
+    ReasoningDelta,
+    TurnAccumulator,
+    chat_request,
+)
+
+INTERRUPTED = "[interrupted by the user before this tool call finished]"
+DEFAULT_MAX_TURNS = 50
+
+
+class TurnError(RuntimeError):
+    """The turn could not finish; the message is for the user, the transcript is whole."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    text: str
+    requests: int
+    aborted: bool = False
+
+
+class _AbortedError(Exception):
+    pass
+
+
+async def run_turn(
+    session: Session, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
+) -> TurnResult:
+    """Run one user turn to the end (or to ``max_turns`` requests, or an abort)."""
+    abort = session.reset_abort()
+    message = text if isinstance(text, Message) else user(text)
+    session.pipeline.add(message)
+    session.events.publish(MessageAdded(message))
+    answer = ""
+    requests = 0
+    try:
+        while requests < max_turns:
+            requests += 1
+            assistant = await _request(session)
+            if not assistant.tool_calls:
+                answer = assistant.text
+                break
+            results = await _run_tools(session, assistant.tool_calls)
+            stored = session.pipeline.add_tool_results(results)
+            for result in stored:
+                session.events.publish(MessageAdded(result))
+            if abort.is_set():
+                raise _AbortedError
+        else:
+            session.events.publish(Notice(f"stopped after {max_turns} requests (--max-turns)"))
+    except _AbortedError:
+        session.events.publish(Notice("interrupted"))
+        return TurnResult(answer, requests, aborted=True)
+    finally:
+        _close_open_round(session)
+        session.pipeline.end_turn()
+        session.set_status("idle")
+    return TurnResult(answer, requests)
+
+
+def _close_open_round(session: Session) -> None:
+    """Answer any tool call left without a result (a cancelled task), so no round is split."""
+    messages = session.pipeline.messages
+    rounds = group_rounds(messages)
+    if not rounds or not rounds[-1].missing:
+        return
+    last = messages[rounds[-1].start]
+    names = {c.id: c.name for c in last.tool_calls}
+    for call_id in rounds[-1].missing:
+        result = tool_result(call_id, INTERRUPTED, name=names.get(call_id), error=True)
+        session.pipeline.add(result)
+        session.events.publish(MessageAdded(result))
+
+
+async def _request(session: Session) -> Message:
+    """One provider call with its pre-request check and, once, reactive recovery."""
+    fixed = session.fixed_context()
+    try:
+        check = await session.pipeline.check_and_compact(fixed)
+    except CheckpointFailedError as exc:
+        raise TurnError(f"the context could not be saved: {exc}", "checkpoint") from exc
+    for warning in check.warnings:
+        session.events.publish(Notice(warning))
+    for attempt in range(2):
+        try:
+            return await _stream(session, fixed)
+        except ContextLimitError as error:
+            if attempt:
+                raise TurnError(str(error), "invalid_request") from error
+            try:
+                await session.pipeline.recover_from_context_limit(error, fixed)
+            except (ContextWindowExceededError, CompactionBlockedError) as exc:
+                session.events.publish(ErrorEvent(str(exc), "invalid_request"))
+                raise TurnError(str(exc), "invalid_request") from exc
+        except ProviderError as error:
+            session.events.publish(ErrorEvent(str(error), error.code))
+            raise TurnError(str(error), error.code) from error
+    raise AssertionError("unreachable")
+
+
+async def _stream(session: Session, fixed: FixedContext) -> Message:
+    request = chat_request(session.model, fixed.system, fixed.tools, session.pipeline.messages)
+    turn = TurnAccumulator()
+    message_id = new_id()
+    session.set_status("streaming")
+    abort = session.abort_event
+    try:
+        async for event in session.runtime.provider.stream(request):
+            turn.add(event)
+            if isinstance(event, ContentDelta | ReasoningDelta):
+                session.events.publish(MessageUpdated(message_id, turn.text, turn.reasoning))
+            if abort.is_set():
+                break
+    finally:
+        session.set_status("idle")
+    answer = turn.message()
+    answer = Message(
+        role="assistant",
+        content=answer.content,
+        id=message_id,
+        tool_calls=() if abort.is_set() else answer.tool_calls,
+        reasoning=answer.reasoning,
+        meta=answer.meta,
+    )
+    if abort.is_set():
+        if answer.text:
+            session.pipeline.add(answer)
+            session.events.publish(MessageAdded(answer))
+        raise _AbortedError
+    session.pipeline.add(answer)
+    session.events.publish(MessageAdded(answer))
+    usage = answer.meta.usage
+    if usage is not None:
+        session.events.publish(UsageUpdate(usage.total_tokens))
+    return answer
+
+
+async def _run_tools(session: Session, calls: Sequence[ToolCall]) -> list[Message]:
+    """Run each call in order; once aborted, the rest are answered as interrupted."""
+    ctx = session.tool_context()
+    results: list[Message] = []
+    for call in calls:
+        if ctx.abort.is_set():
+            results.append(tool_result(call.id, INTERRUPTED, name=call.name, error=True))
+            continue
+        session.events.publish(ToolStarted(call))
+        result = await session.tools.execute(call, ctx)
+        if ctx.abort.is_set() and not result.text.strip():
+            result = tool_result(call.id, INTERRUPTED, name=call.name, error=True)
+        results.append(result)
+        session.events.publish(ToolFinished(call.id, result))
+    return results

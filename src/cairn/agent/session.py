@@ -1,0 +1,261 @@
+"""Sessions and the runtime that hosts them: new, resume, clear, list.
+
+A ``Session`` binds one transcript to a model, the tools, the session state
+and the context pipeline. The ``Runtime`` knows which session is current —
+the fact the pipeline's session guard checks before it writes a compaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cairn.agent.events import EventBus, SessionStatus, StatusChange
+from cairn.agent.hooks import HookRunner
+from cairn.agent.settings import Settings
+from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
+from cairn.agent.state import STATE_KEY, SessionState
+from cairn.agent.tools.base import Asker, PermissionMode, Tool, ToolContext
+from cairn.agent.tools.registry import ToolRegistry, default_tools
+from cairn.agent.tools.skill import SkillTool
+from cairn.agent.tools.task import task_tools
+from cairn.context import ContextPipeline, FixedContext
+from cairn.context.summarize import LLMSummarizer
+from cairn.messages import KIND_COMPACT_SUMMARY, Message, system
+from cairn.prompts import load_prompt
+from cairn.provider import ChatProvider, ModelConfig
+from cairn.store import (
+    JsonlTranscriptStore,
+    SessionRecord,
+    StateRecord,
+    new_session_id,
+    read_transcript,
+    session_path,
+)
+from cairn.store.paths import cairn_home, normalize_workspace, workspace_slug
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One line of ``cairn sessions``: newest first."""
+
+    id: str
+    path: Path
+    first_prompt: str
+    messages: int
+    last_activity: float
+
+
+class Session:
+    """One conversation: its transcript, context pipeline, tools and state."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        session_id: str,
+        *,
+        resume: bool,
+    ) -> None:
+        self.runtime = runtime
+        self.id = session_id
+        self.workspace = runtime.workspace
+        self.model = runtime.model
+        self.events = EventBus()
+        self.status: SessionStatus = "idle"
+        self.path = session_path(self.workspace, session_id, runtime.home)
+        self.session_dir = self.path.with_suffix("")
+        self.state = SessionState(session_id, self.workspace)
+        self._abort = asyncio.Event()
+        self.catalog: SkillCatalog = discover_skills(self.workspace, runtime.home)
+        self.tool_list: list[Tool] = [
+            *default_tools(),
+            SkillTool(self.catalog),
+            *task_tools(runtime, self),
+        ]
+        self.tools = ToolRegistry(self.tool_list)
+        if resume:
+            store = JsonlTranscriptStore.open(self.path)
+            self._restore_state(store)
+        else:
+            store = JsonlTranscriptStore.create(
+                self.path, SessionRecord(session_id, str(self.workspace), model=self.model.model)
+            )
+        self.state.on_change = self._persist_state
+        self.pipeline = ContextPipeline(
+            store,
+            runtime.settings.compaction.model_copy(
+                update={
+                    "context_window": self.model.context_window
+                    or runtime.settings.compaction.context_window
+                }
+            ),
+            workspace=self.workspace,
+            tool_effects=self.tools.effects(),
+            summarizer=LLMSummarizer(runtime.provider, self.model),
+            hooks=HookRunner(
+                runtime.settings.hooks,
+                session_id=session_id,
+                transcript_path=self.path,
+                cwd=self.workspace,
+            ),
+            restoration=self.state,
+            listener=self.events,
+            current_session=runtime.current_id,
+            artifacts_dir=self.session_dir,
+        )
+        self._store = store
+
+    # -- views -----------------------------------------------------------
+
+    @property
+    def api_messages(self) -> Sequence[Message]:
+        return self.pipeline.messages
+
+    def ui_messages(self) -> list[Message]:
+        """Everything a person saw, across every compaction, in order."""
+        transcript = self._store.transcript()
+        return transcript.ui(transcript.api())
+
+    def fixed_context(self) -> FixedContext:
+        prompt = load_prompt("system").format(
+            workspace=self.workspace, skills=skills_prompt(self.catalog)
+        )
+        return FixedContext((system(prompt),), tuple(self.tools.schemas()))
+
+    def tool_context(self) -> ToolContext:
+        return ToolContext(
+            workspace=self.workspace,
+            state=self.state,
+            session_dir=self.session_dir,
+            permission_mode=self.runtime.permission_mode,
+            ask=self.runtime.ask,
+            abort=self._abort,
+            clock=time.time,
+        )
+
+    def set_status(self, status: SessionStatus) -> None:
+        self.status = status
+        self.pipeline.streaming = status == "streaming"
+        self.events.publish(StatusChange(status))
+
+    def abort(self) -> None:
+        """Stop the running turn at the next safe point; the transcript stays whole."""
+        self._abort.set()
+
+    def reset_abort(self) -> asyncio.Event:
+        self._abort = asyncio.Event()
+        return self._abort
+
+    @property
+    def abort_event(self) -> asyncio.Event:
+        return self._abort
+
+    def close(self) -> None:
+        self.pipeline.close()
+        self.events.close()
+
+    # -- state persistence -------------------------------------------------------
+
+    def _persist_state(self, state: SessionState) -> None:
+        self._store.append(StateRecord(STATE_KEY, state.to_json()))
+
+    def _restore_state(self, store: JsonlTranscriptStore) -> None:
+        for record in reversed(store.transcript().records):
+            if isinstance(record, StateRecord) and record.key == STATE_KEY:
+                self.state.restore(record.value)
+                return
+
+
+class Runtime:
+    """Hosts the current session of one workspace and switches between sessions."""
+
+    def __init__(
+        self,
+        workspace: str | Path,
+        model: ModelConfig,
+        provider: ChatProvider,
+        *,
+        settings: Settings | None = None,
+        home: Path | None = None,
+        permission_mode: PermissionMode = "ask",
+        ask: Asker | None = None,
+    ) -> None:
+        self.workspace = Path(normalize_workspace(workspace))
+        self.model = model
+        self.provider = provider
+        self.settings = settings or Settings()
+        self.home = home if home is not None else cairn_home()
+        self.permission_mode: PermissionMode = permission_mode
+        self.ask = ask
+        self._current: Session | None = None
+
+    @property
+    def current(self) -> Session:
+        if self._current is None:
+            raise RuntimeError("no session: call new_session() or resume()")
+        return self._current
+
+    def current_id(self) -> str:
+        return self._current.id if self._current else ""
+
+    def new_session(self) -> Session:
+        self._switch(Session(self, new_session_id(), resume=False))
+        return self.current
+
+    def resume(self, session_id: str | None = None) -> Session:
+        """Resume ``session_id``, or the most recent session of this workspace."""
+        if session_id is None:
+            listed = self.list_sessions()
+            if not listed:
+                raise LookupError(f"no session to resume in {self.workspace}")
+            session_id = listed[0].id
+        path = session_path(self.workspace, session_id, self.home)
+        if not path.exists():
+            raise LookupError(f"no session {session_id!r} in {self.workspace}")
+        self._switch(Session(self, session_id, resume=True))
+        return self.current
+
+    def clear(self) -> Session:
+        """``/clear``: a fresh session with a new id; the old transcript stays on disk."""
+        return self.new_session()
+
+    def list_sessions(self) -> list[SessionInfo]:
+        folder = self.home / "projects" / workspace_slug(self.workspace)
+        infos = []
+        for path in folder.glob("*.jsonl"):
+            try:
+                transcript = read_transcript(path)
+            except Exception:
+                continue
+            ui = [m for m in transcript.ui() if m.meta.kind != KIND_COMPACT_SUMMARY]
+            first = next((m.text for m in ui if m.role == "user" and not m.meta.synthetic), "")
+            infos.append(SessionInfo(path.stem, path, first[:120], len(ui), path.stat().st_mtime))
+        return sorted(infos, key=lambda i: i.last_activity, reverse=True)
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+
+    def _switch(self, session: Session) -> None:
+        if self._current is not None:
+            self._current.close()
+        self._current = session
+        session.set_status("idle")
+
+
+def model_config_for(settings: Settings, base: ModelConfig | None) -> ModelConfig | None:
+    """The model from settings, overridden by the environment's (``base``) fields."""
+    entry = settings.model
+    if entry is None:
+        return base
+    return ModelConfig(
+        model=(base.model if base else None) or entry.model or "",
+        base_url=(base.base_url if base else None) or entry.base_url,
+        api_key_env=entry.api_key_env or (base.api_key_env if base else "OPENAI_API_KEY"),
+        context_window=(base.context_window if base else None) or entry.context_window,
+        max_output_tokens=(base.max_output_tokens if base else None) or entry.max_output_tokens,
+    )

@@ -1,0 +1,433 @@
+"""The file tools: read_file, write_file, edit_file and list_files, confined to the workspace.
+
+Text is UTF-8. ``read_file`` shows lines numbered like ``cat -n`` and records
+the read in the session state (restoration re-reads recent files after a
+compaction); ``write_file`` and ``edit_file`` write atomically — a temporary
+file in the same folder, then a rename — and keep an existing file's mode;
+``list_files`` walks the workspace without entering ``SKIPPED_DIRS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import stat
+import uuid
+from pathlib import Path
+
+from cairn.agent.tools.base import ToolContext, ToolResult
+from cairn.agent.tools.paths import (
+    SKIPPED_DIRS,
+    bool_arg,
+    display_path,
+    glob_depth,
+    glob_regex,
+    int_arg,
+    is_binary,
+    opt_str_arg,
+    resolve_tool_path,
+    str_arg,
+    walk,
+)
+from cairn.context.effects import ToolEffect
+from cairn.durable import write_all
+from cairn.messages import JSONObject
+
+DEFAULT_READ_LIMIT = 2_000
+MAX_LINE_CHARS = 2_000
+#: read_file stops adding lines past this many characters (and says where to go on).
+MAX_READ_CHARS = 100_000
+MAX_LIST_ENTRIES = 1_000
+#: Lines of context shown around an edit.
+EDIT_CONTEXT_LINES = 3
+
+
+def error(exc: Exception | str) -> ToolResult:
+    return ToolResult(str(exc), is_error=True)
+
+
+def text_file_problem(path: Path, shown: str) -> str | None:
+    """Why ``path`` cannot be read as a text file, or ``None`` when it can."""
+    try:
+        if not path.exists():
+            return f"{shown} does not exist"
+        if path.is_dir():
+            return f"{shown} is a directory, not a file; use list_files to see what it holds"
+        if not path.is_file():
+            return f"{shown} is not a regular file"
+        if is_binary(path):
+            size = path.stat().st_size
+            return f"{shown} is a binary file ({size} bytes); only text files can be read"
+    except OSError as exc:
+        return f"cannot read {shown}: {exc.strerror or exc}"
+    return None
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one step, creating parent folders.
+
+    A new file gets the default mode (0666 less the umask); an existing one
+    keeps its mode.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        try:
+            write_all(fd, data)
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        temp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+
+
+def cut_line(line: str, limit: int = MAX_LINE_CHARS) -> str:
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]} … [line cut at {limit} of {len(line)} characters]"
+
+
+def numbered(number: int, line: str) -> str:
+    return f"{number:>6}\t{cut_line(line)}"
+
+
+# ---------------------------------------------------------------------------
+# read_file
+
+
+class ReadFile:
+    name = "read_file"
+    description = (
+        "Read a text file in the workspace. Lines come numbered like `cat -n` "
+        "(the number, a tab, the line); the numbers are not part of the file. By "
+        f"default up to {DEFAULT_READ_LIMIT} lines from the start; use offset (1-based "
+        "line number) and limit to read a large file in parts. Lines longer than "
+        f"{MAX_LINE_CHARS} characters are cut. Directories and binary files are refused: "
+        "use list_files for folders."
+    )
+    effect: ToolEffect = "read_only"
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The file, relative to the workspace (or absolute inside it).",
+                },
+                "offset": {
+                    "type": "integer",
+                    "description": "The first line to show (1-based). Default 1.",
+                },
+                "limit": {
+                    "type": "integer",
+                    "description": f"How many lines to show. Default {DEFAULT_READ_LIMIT}.",
+                },
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        }
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        try:
+            raw = str_arg(args, "path")
+            offset = max(1, int_arg(args, "offset", default=1, minimum=0))
+            limit = int_arg(args, "limit", default=DEFAULT_READ_LIMIT, minimum=1)
+            path = resolve_tool_path(ctx, raw)
+        except ValueError as exc:
+            return error(exc)
+        shown = display_path(ctx.workspace, path)
+        problem = text_file_problem(path, shown)
+        if problem is not None:
+            return error(problem)
+        try:
+            text = await asyncio.to_thread(_read_lines, path, offset, limit)
+        except OSError as exc:
+            return error(f"cannot read {shown}: {exc.strerror or exc}")
+        ctx.state.record_read(path, ctx.clock())
+        return ToolResult(text)
+
+
+def _read_lines(path: Path, offset: int, limit: int) -> str:
+    shown: list[str] = []
+    chars = 0
+    total = 0
+    full = False
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            total = number
+            if number < offset or full or len(shown) >= limit:
+                continue
+            entry = numbered(number, line.rstrip("\n"))
+            if shown and chars + len(entry) > MAX_READ_CHARS:
+                full = True
+                continue
+            shown.append(entry)
+            chars += len(entry) + 1
+    if total == 0:
+        return "(the file is empty)"
+    if not shown:
+        return f"(the file has {total} lines; offset {offset} is past its end)"
+    last = offset + len(shown) - 1
+    if last < total:
+        why = f" (output cut at {MAX_READ_CHARS} characters)" if full else ""
+        shown.append(f"\n(lines {offset}-{last} of {total}{why}; read on with offset={last + 1})")
+    return "\n".join(shown)
+
+
+# ---------------------------------------------------------------------------
+# write_file
+
+
+class WriteFile:
+    name = "write_file"
+    description = (
+        "Create a file in the workspace, or replace an existing file's whole "
+        "content. Parent folders are created. The write is atomic. To change part "
+        "of an existing file, prefer edit_file."
+    )
+    effect: ToolEffect = "write"
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The file, relative to the workspace (or absolute inside it).",
+                },
+                "content": {"type": "string", "description": "The file's complete new text."},
+            },
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        }
+
+    def summarize(self, args: JSONObject) -> str:
+        content = args.get("content")
+        lines = f" ({_count_lines(content)} lines)" if isinstance(content, str) else ""
+        return f"write {args.get('path')}{lines}"
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        try:
+            raw = str_arg(args, "path")
+            content = str_arg(args, "content")
+            path = resolve_tool_path(ctx, raw)
+        except ValueError as exc:
+            return error(exc)
+        shown = display_path(ctx.workspace, path)
+        if path.is_dir():
+            return error(f"{shown} is a directory; write_file writes files")
+        existed = path.exists()
+        data = content.encode("utf-8")
+        try:
+            atomic_write(path, data)
+        except OSError as exc:
+            return error(f"cannot write {shown}: {exc.strerror or exc}")
+        verb = "Overwrote" if existed else "Created"
+        return ToolResult(f"{verb} {shown} ({_count_lines(content)} lines, {len(data)} bytes)")
+
+
+def _count_lines(text: str) -> int:
+    return len(text.splitlines())
+
+
+# ---------------------------------------------------------------------------
+# edit_file
+
+
+class EditFile:
+    name = "edit_file"
+    description = (
+        "Replace exact text in a file in the workspace. old_string must match the "
+        "file exactly, whitespace and indentation included (copy it from read_file "
+        "output without the line-number prefix), and must occur exactly once — add "
+        "surrounding lines to make it unique — unless replace_all is true, which "
+        "replaces every occurrence. Use write_file to create a file."
+    )
+    effect: ToolEffect = "write"
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The file, relative to the workspace (or absolute inside it).",
+                },
+                "old_string": {"type": "string", "description": "The exact text to replace."},
+                "new_string": {"type": "string", "description": "The text to put in its place."},
+                "replace_all": {
+                    "type": "boolean",
+                    "description": "Replace every occurrence, not exactly one. Default false.",
+                },
+            },
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": False,
+        }
+
+    def summarize(self, args: JSONObject) -> str:
+        every = " (every occurrence)" if args.get("replace_all") is True else ""
+        return f"edit {args.get('path')}{every}"
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        try:
+            raw = str_arg(args, "path")
+            old = str_arg(args, "old_string")
+            new = str_arg(args, "new_string")
+            replace_all = bool_arg(args, "replace_all")
+            path = resolve_tool_path(ctx, raw)
+        except ValueError as exc:
+            return error(exc)
+        if old == "":
+            return error("old_string is empty; to create or replace a whole file use write_file")
+        if old == new:
+            return error("old_string and new_string are the same; there is nothing to change")
+        shown = display_path(ctx.workspace, path)
+        problem = text_file_problem(path, shown)
+        if problem is not None:
+            return error(problem)
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return error(f"{shown} is not valid UTF-8 text; edit_file only edits UTF-8 files")
+        except OSError as exc:
+            return error(f"cannot read {shown}: {exc.strerror or exc}")
+
+        found = _occurrences(text, old)
+        if found == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
+            # The file uses CRLF line ends; the model wrote LF.
+            crlf_old = old.replace("\n", "\r\n")
+            if _occurrences(text, crlf_old):
+                old = crlf_old
+                new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+                found = _occurrences(text, old)
+        if found == 0:
+            return error(
+                f"old_string was not found in {shown} (0 occurrences). It must match the "
+                "file exactly, whitespace and indentation included; read the file again "
+                "to see its current text."
+            )
+        if found > 1 and not replace_all:
+            return error(
+                f"old_string occurs {found} times in {shown}; it must occur exactly once. "
+                "Include more surrounding lines to make it unique, or set replace_all "
+                "to replace every occurrence."
+            )
+        first = text.index(old)
+        replaced = text.count(old) if replace_all else 1
+        updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        try:
+            atomic_write(path, updated.encode("utf-8"))
+        except OSError as exc:
+            return error(f"cannot write {shown}: {exc.strerror or exc}")
+        what = "1 occurrence" if replaced == 1 else f"{replaced} occurrences"
+        where = " (the first shown)" if replaced > 1 else ""
+        return ToolResult(
+            f"Edited {shown}: replaced {what}{where}.\n{_snippet(updated, first, new)}"
+        )
+
+
+def _occurrences(text: str, needle: str) -> int:
+    """Every start position of ``needle``, overlapping ones included."""
+    count, start = 0, text.find(needle)
+    while start != -1:
+        count += 1
+        start = text.find(needle, start + 1)
+    return count
+
+
+def _snippet(text: str, start: int, inserted: str) -> str:
+    lines = text.splitlines()
+    first_line = text.count("\n", 0, start) + 1
+    last_line = first_line + inserted.count("\n")
+    low = max(1, first_line - EDIT_CONTEXT_LINES)
+    high = min(len(lines), last_line + EDIT_CONTEXT_LINES)
+    return "\n".join(numbered(n, lines[n - 1]) for n in range(low, high + 1))
+
+
+# ---------------------------------------------------------------------------
+# list_files
+
+
+class ListFiles:
+    name = "list_files"
+    description = (
+        "List files and folders in the workspace (folders end with `/`), sorted, "
+        "paths relative to the workspace. Without a pattern: the direct entries of "
+        "`path`. With a glob pattern, relative to `path`: every match, e.g. "
+        "`**/*.py` (any depth), `src/*.ts`, `**/test_*.{py,pyi}`. "
+        f"{', '.join(sorted(SKIPPED_DIRS))} are never entered. "
+        f"At most {MAX_LIST_ENTRIES} entries."
+    )
+    effect: ToolEffect = "read_only"
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The folder to list, relative to the workspace. Default `.`.",
+                },
+                "pattern": {
+                    "type": "string",
+                    "description": "A glob relative to path, e.g. `**/*.py`.",
+                },
+            },
+            "additionalProperties": False,
+        }
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        try:
+            raw = str_arg(args, "path", default=".")
+            pattern = opt_str_arg(args, "pattern")
+            root = resolve_tool_path(ctx, raw or ".")
+        except ValueError as exc:
+            return error(exc)
+        shown = display_path(ctx.workspace, root)
+        if not root.exists():
+            return error(f"{shown} does not exist")
+        if not root.is_dir():
+            return ToolResult(shown)
+        entries = await asyncio.to_thread(_list, ctx.workspace, root, pattern)
+        if not entries:
+            if pattern is None:
+                return ToolResult(f"{shown} is empty")
+            return ToolResult(f"No entries match {pattern!r} under {shown}")
+        text = "\n".join(entries[:MAX_LIST_ENTRIES])
+        if len(entries) > MAX_LIST_ENTRIES:
+            text += (
+                f"\n(showing the first {MAX_LIST_ENTRIES} of {len(entries)} entries; "
+                "narrow the path or the pattern)"
+            )
+        return ToolResult(text)
+
+
+def _list(workspace: Path, root: Path, pattern: str | None) -> list[str]:
+    regex: re.Pattern[str] | None = None
+    depth: int | None = 1
+    if pattern is not None:
+        pattern = pattern.removeprefix("./")
+        regex, depth = glob_regex(pattern), glob_depth(pattern)
+    entries: list[str] = []
+    for relative, is_dir in walk(root, max_depth=depth):
+        if regex is not None and regex.match(relative.as_posix()) is None:
+            continue
+        entries.append(display_path(workspace, root / relative) + ("/" if is_dir else ""))
+    return sorted(entries)

@@ -1,0 +1,103 @@
+"""Plan mode: enter_plan_mode and exit_plan_mode.
+
+While plan mode is on the registry refuses every writing tool except
+write_file / edit_file on the plan file, ``<session_dir>/plan.md`` — which
+lies outside the workspace and is allowed by name (``resolve_tool_path``).
+Both tools only change the session's own state and the plan file, so their
+effect is ``read_only``: they stay callable in plan mode.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cairn.agent.tools.base import ToolContext, ToolResult
+from cairn.agent.tools.files import atomic_write, error
+from cairn.agent.tools.paths import opt_str_arg, plan_file_path
+from cairn.context.effects import ToolEffect
+from cairn.context.restore import PlanState, plan_mode_reminder
+from cairn.messages import JSONObject
+
+PLAN_FILE_NAME = "plan.md"
+
+
+def plan_file_for(ctx: ToolContext) -> Path:
+    return ctx.session_dir / PLAN_FILE_NAME
+
+
+class EnterPlanMode:
+    name = "enter_plan_mode"
+    description = (
+        "Enter plan mode before a large or unclear change: explore the code read-only "
+        "and write a plan for the user to approve, instead of changing anything. "
+        "Returns the rules and the plan file to write."
+    )
+    effect: ToolEffect = "read_only"
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        current = plan_file_path(ctx)
+        if current is not None:
+            reminder = plan_mode_reminder(PlanState(current), workspace=ctx.workspace)
+            return ToolResult(f"Plan mode is already on.\n{reminder.text}")
+        plan_file = plan_file_for(ctx)
+        ctx.state.enter_plan_mode(plan_file)
+        reminder = plan_mode_reminder(PlanState(plan_file), workspace=ctx.workspace)
+        return ToolResult(
+            "Plan mode is on: everything is read-only until you call exit_plan_mode, "
+            f"except the plan file {plan_file}, which you write with write_file.\n"
+            f"{reminder.text}"
+        )
+
+
+class ExitPlanMode:
+    name = "exit_plan_mode"
+    description = (
+        "Leave plan mode and present the plan to the user: `plan` is the complete "
+        "plan in Markdown (if omitted, the plan file's content is used). It is saved "
+        "to the plan file. Then wait for the user to approve before implementing."
+    )
+    effect: ToolEffect = "read_only"
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {
+            "type": "object",
+            "properties": {
+                "plan": {"type": "string", "description": "The complete plan, in Markdown."}
+            },
+            "additionalProperties": False,
+        }
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        try:
+            plan = opt_str_arg(args, "plan")
+        except ValueError as exc:
+            return error(exc)
+        plan_file = plan_file_path(ctx)
+        if plan_file is None:
+            return error("plan mode is not on; there is no plan to present")
+        if plan is None or not plan.strip():
+            try:
+                plan = plan_file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                plan = ""
+            if not plan.strip():
+                return error(
+                    "there is no plan: pass it as `plan`, or write it to the plan file "
+                    f"{plan_file} first"
+                )
+        else:
+            try:
+                atomic_write(plan_file, plan.encode("utf-8"))
+            except OSError as exc:
+                return error(f"cannot write the plan file {plan_file}: {exc.strerror or exc}")
+        ctx.state.exit_plan_mode()
+        return ToolResult(
+            f"Plan mode is off. The plan (saved to {plan_file}) is presented to the user; "
+            "wait for their approval before you start implementing it.\n\n"
+            f"{plan.rstrip()}"
+        )

@@ -1,0 +1,92 @@
+"""The ``skill`` tool: load a skill's instructions by name (DESIGN §7, §5.7).
+
+The result is the skill's body exactly as restoration renders it — first line
+``Base directory for this skill: <absolute folder>``, front matter dropped,
+``${CAIRN_SKILL_DIR}`` replaced by that folder — and that very text is
+recorded in the session state as ``body_as_seen``, so what a compaction
+re-injects is what the model was shown.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cairn.agent.skills import SkillCatalog
+from cairn.agent.tools.base import Tool, ToolContext, ToolResult
+from cairn.context.effects import ToolEffect
+from cairn.context.restore import InvokedSkill, render_skill
+from cairn.messages import JSONObject
+
+SKILL_TOOL_NAME = "skill"
+
+
+class SkillTool:
+    """Implements ``cairn.agent.tools.base.Tool`` over one ``SkillCatalog``."""
+
+    def __init__(self, catalog: SkillCatalog) -> None:
+        self._catalog = catalog
+
+    @property
+    def catalog(self) -> SkillCatalog:
+        return self._catalog
+
+    @property
+    def name(self) -> str:
+        return SKILL_TOOL_NAME
+
+    @property
+    def description(self) -> str:
+        names = ", ".join(self._catalog.names()) or "none"
+        return (
+            "Load a skill: its instructions for a particular kind of task, with the "
+            "folder its scripts and resources live in. Call it with the skill's name "
+            "when a task matches a skill's description (listed in the system prompt), "
+            "before doing the task, then follow the instructions it returns. "
+            f"Available skills: {names}."
+        )
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The skill's name, e.g. pdf-tools."}
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        }
+
+    @property
+    def effect(self) -> ToolEffect:
+        return "read_only"
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        raw = args.get("name")
+        if not isinstance(raw, str) or not raw.strip():
+            return self._error("the argument 'name' must be a skill's name")
+        name = raw.strip()
+        skill = self._catalog.get(name) or self._catalog.get(name.removeprefix("/"))
+        if skill is None:
+            return self._error(f"there is no skill named {name!r}")
+        invoked = InvokedSkill(skill.name, skill.path, skill.description)
+        try:
+            body = render_skill(invoked)
+        except (OSError, UnicodeDecodeError) as error:
+            return ToolResult(
+                f"Error: the skill {skill.name!r} cannot be read from {skill.path}: {error}",
+                is_error=True,
+                extra={"skill": skill.name},
+            )
+        ctx.state.record_skill(
+            InvokedSkill(skill.name, skill.path, skill.description, body_as_seen=body)
+        )
+        return ToolResult(body, extra={"skill": skill.name, "path": str(skill.path)})
+
+    def _error(self, problem: str) -> ToolResult:
+        names = ", ".join(self._catalog.names())
+        available = f"Available skills: {names}." if names else "No skills are available."
+        return ToolResult(f"Error: {problem}. {available}", is_error=True)
+
+
+if TYPE_CHECKING:
+    _satisfies_protocol: Tool = SkillTool(SkillCatalog())

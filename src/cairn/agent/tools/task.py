@@ -1,0 +1,152 @@
+"""The ``task`` tool: a subagent with its own fresh context, usually in the background.
+
+The subagent gets the same model and tools (except ``task`` itself), its own
+durable transcript and context pipeline under the session's folder, and the
+task prompt. Its description and status live in the session state, so they
+survive a compaction through restoration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import TYPE_CHECKING
+
+from cairn.agent.tools.base import Tool, ToolContext, ToolResult
+from cairn.agent.tools.registry import ToolRegistry
+from cairn.context.effects import ToolEffect
+from cairn.context.pipeline import ContextPipeline
+from cairn.context.restore import BackgroundTask
+from cairn.context.summarize import LLMSummarizer
+from cairn.context.tracker import FixedContext
+from cairn.messages import JSONObject, system, user
+from cairn.prompts import load_prompt
+from cairn.provider import ProviderError, chat_request
+from cairn.store import JsonlTranscriptStore, SessionRecord
+
+if TYPE_CHECKING:
+    from cairn.agent.session import Runtime, Session
+
+MAX_SUBAGENT_REQUESTS = 30
+
+
+class TaskTool:
+    """Starts a subagent; ``task_output`` reads what it reported."""
+
+    name = "task"
+    description = (
+        "Start a subagent with a fresh context to do one self-contained task (research, "
+        "a focused change, a long command). By default it runs in the background: you get "
+        "a task id at once and read its report later with task_output."
+    )
+    parameters: JSONObject = {  # noqa: RUF012 - a read-only schema
+        "type": "object",
+        "properties": {
+            "description": {"type": "string", "description": "a few words: what the task is"},
+            "prompt": {"type": "string", "description": "everything the subagent needs to know"},
+            "run_in_background": {"type": "boolean", "default": True},
+        },
+        "required": ["description", "prompt"],
+    }
+    effect: ToolEffect = "write"
+
+    _ids = itertools.count(1)
+
+    def __init__(self, runtime: Runtime, session: Session) -> None:
+        self._runtime = runtime
+        self._session = session
+        self.reports: dict[str, str] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        description, prompt = args.get("description"), args.get("prompt")
+        if not isinstance(description, str) or not isinstance(prompt, str) or not prompt.strip():
+            return ToolResult("task needs a string 'description' and a non-empty 'prompt'", True)
+        task_id = f"task_{next(self._ids)}"
+        ctx.state.set_task(BackgroundTask(task_id, description, "running"))
+        job = asyncio.create_task(self._run(task_id, prompt, ctx))
+        self._running[task_id] = job
+        if args.get("run_in_background", True) is False:
+            await job
+            return ToolResult(self.reports.get(task_id, ""))
+        return ToolResult(
+            f"Started background task {task_id} ({description}). "
+            f'Read its report with task_output {{"task_id": "{task_id}"}}.'
+        )
+
+    async def _run(self, task_id: str, prompt: str, ctx: ToolContext) -> None:
+        try:
+            report = await self._subagent(task_id, prompt, ctx)
+        except (ProviderError, OSError) as exc:
+            self.reports[task_id] = f"the subagent failed: {exc}"
+            ctx.state.update_task(task_id, f"failed: {exc}"[:200])
+            return
+        self.reports[task_id] = report
+        first_line = report.strip().splitlines()[0] if report.strip() else "no report"
+        ctx.state.update_task(task_id, f"completed: {first_line}"[:200])
+
+    async def _subagent(self, task_id: str, prompt: str, ctx: ToolContext) -> str:
+        session = self._session
+        tools = [t for t in session.tool_list if t.name not in ("task", "task_output")]
+        registry = ToolRegistry(tools)
+        path = session.session_dir / "subagents" / f"{task_id}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = JsonlTranscriptStore.create(path, SessionRecord(task_id, str(session.workspace)))
+        pipeline = ContextPipeline(
+            store,
+            session.pipeline.config,
+            workspace=session.workspace,
+            tool_effects=registry.effects(),
+            summarizer=LLMSummarizer(self._runtime.provider, session.model),
+            artifacts_dir=path.with_suffix(""),
+        )
+        fixed = FixedContext(
+            (system(load_prompt("subagent").format(workspace=session.workspace)),),
+            tuple(registry.schemas()),
+        )
+        try:
+            pipeline.add(user(prompt))
+            for _ in range(MAX_SUBAGENT_REQUESTS):
+                await pipeline.check_and_compact(fixed)
+                request = chat_request(session.model, fixed.system, fixed.tools, pipeline.messages)
+                answer = await self._runtime.provider.complete(request)
+                pipeline.add(answer)
+                if not answer.tool_calls:
+                    return answer.text
+                results = [await registry.execute(call, ctx) for call in answer.tool_calls]
+                pipeline.add_tool_results(results)
+            return f"stopped after {MAX_SUBAGENT_REQUESTS} requests without a final report"
+        finally:
+            pipeline.close()
+
+
+class TaskOutputTool:
+    """Reads a background subagent's report (or says it is still running)."""
+
+    name = "task_output"
+    description = "Read the report of a background task started with the task tool."
+    parameters: JSONObject = {  # noqa: RUF012 - a read-only schema
+        "type": "object",
+        "properties": {"task_id": {"type": "string"}},
+        "required": ["task_id"],
+    }
+    effect: ToolEffect = "read_only"
+
+    def __init__(self, tasks: TaskTool) -> None:
+        self._tasks = tasks
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        task_id = args.get("task_id")
+        task = ctx.state.tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is None:
+            known = ", ".join(ctx.state.tasks) or "none"
+            return ToolResult(f"no task {task_id!r}; known tasks: {known}", True)
+        report = self._tasks.reports.get(task.id)
+        if report is None:
+            return ToolResult(f"{task.id} is {task.status}; no report yet")
+        return ToolResult(f"{task.id} ({task.status}):\n{report}")
+
+
+def task_tools(runtime: Runtime, session: Session) -> list[Tool]:
+    tasks = TaskTool(runtime, session)
+    return [tasks, TaskOutputTool(tasks)]

@@ -1,0 +1,143 @@
+"""``cairn -p``: run one task to the end against the configured endpoint and print the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+import orjson
+
+from cairn.agent.commands import parse_command, run_command
+from cairn.agent.events import Event
+from cairn.agent.loop import TurnError, run_turn
+from cairn.agent.session import Runtime, model_config_for
+from cairn.agent.settings import Settings, SettingsError, load_settings
+from cairn.agent.tools.base import PermissionMode
+from cairn.messages import JSONValue, Message, ToolCall, message_to_dict
+from cairn.provider import ModelConfig, ModelConfigError, OpenAIProvider, model_from_env
+
+OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class PrintArgs:
+    prompt: str | None
+    output_format: OutputFormat = "text"
+    resume: str | None = None
+    model: str | None = None
+    permission_mode: PermissionMode = "accept-edits"
+    max_turns: int = 50
+    workspace: Path = Path()
+
+
+def run_print(args: PrintArgs) -> int:
+    prompt = args.prompt
+    if prompt is None or prompt == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            return _fail("cairn -p: give a prompt, or pipe one on standard input", EXIT_USAGE)
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        return _fail("cairn -p: the prompt is empty", EXIT_USAGE)
+    try:
+        settings = load_settings(args.workspace)
+        model = _model(settings, args.model)
+    except (SettingsError, ModelConfigError) as exc:
+        return _fail(f"cairn -p: {exc}", EXIT_USAGE)
+    if model is None:
+        return _fail(
+            "cairn -p: no model configured: set CAIRN_MODEL (and OPENAI_BASE_URL, "
+            'OPENAI_API_KEY), or a "model" entry in settings.json',
+            EXIT_USAGE,
+        )
+    return asyncio.run(_run(args, prompt, settings_model=model, settings=settings))
+
+
+async def _run(
+    args: PrintArgs, prompt: str, *, settings_model: ModelConfig, settings: Settings
+) -> int:
+    async with OpenAIProvider(settings_model) as provider:
+        # Nobody can answer a permission question here: ``ask`` refuses instead.
+        runtime = Runtime(
+            args.workspace,
+            settings_model,
+            provider,
+            settings=settings,
+            permission_mode=args.permission_mode,
+            ask=None,
+        )
+        try:
+            session = runtime.resume(args.resume) if args.resume else runtime.new_session()
+        except LookupError as exc:
+            return _fail(f"cairn -p: {exc}", EXIT_USAGE)
+        try:
+            if args.output_format == "stream-json":
+                session.events.on(_print_event)
+            command = parse_command(prompt)
+            if command is not None:
+                outcome = await run_command(runtime, *command)
+                _emit(args, outcome.text, runtime.current.id, 0)
+                return 0 if outcome.ok else EXIT_FAILED
+            try:
+                result = await run_turn(session, prompt, max_turns=args.max_turns)
+            except TurnError as exc:
+                return _fail(f"cairn -p: {exc}", EXIT_FAILED)
+            _emit(args, result.text, session.id, result.requests)
+            return 0
+        finally:
+            runtime.close()
+
+
+def _model(settings: Settings, override: str | None) -> ModelConfig | None:
+    model = model_config_for(settings, model_from_env())
+    if override:
+        model = ModelConfig(
+            model=override,
+            base_url=model.base_url if model else None,
+            api_key_env=model.api_key_env if model else "OPENAI_API_KEY",
+            context_window=model.context_window if model else None,
+            max_output_tokens=model.max_output_tokens if model else None,
+        )
+    return model
+
+
+def _emit(args: PrintArgs, text: str, session_id: str, requests: int) -> None:
+    if args.output_format == "text":
+        print(text)
+        return
+    payload = {"type": "result", "result": text, "session_id": session_id, "requests": requests}
+    sys.stdout.buffer.write(orjson.dumps(payload) + b"\n")
+    sys.stdout.flush()
+
+
+def _print_event(event: Event) -> None:
+    sys.stdout.buffer.write(orjson.dumps(event_to_json(event)) + b"\n")
+    sys.stdout.flush()
+
+
+def event_to_json(event: Event) -> dict[str, JSONValue]:
+    """One event as a JSON object: ``{"type": "<EventName>", …its fields}``."""
+    out: dict[str, JSONValue] = {"type": type(event).__name__}
+    if is_dataclass(event):
+        for f in fields(event):
+            out[f.name] = _json(getattr(event, f.name))
+    return out
+
+
+def _json(value: object) -> JSONValue:
+    if isinstance(value, Message):
+        return message_to_dict(value)
+    if isinstance(value, ToolCall):
+        return {"id": value.id, "name": value.name, "arguments": value.arguments}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _fail(message: str, code: int) -> int:
+    print(message, file=sys.stderr)
+    return code

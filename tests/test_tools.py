@@ -1,0 +1,620 @@
+"""The built-in tools on real files and real subprocesses, and the registry around them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from cairn.agent.state import SessionState, Todo
+from cairn.agent.tools.base import PermissionMode, PermissionRequest, ToolContext, ToolResult
+from cairn.agent.tools.bash import Bash, BashOutput
+from cairn.agent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
+from cairn.agent.tools.paths import (
+    PathOutsideWorkspaceError,
+    display_path,
+    glob_regex,
+    resolve_in_workspace,
+)
+from cairn.agent.tools.plan import EnterPlanMode, ExitPlanMode
+from cairn.agent.tools.registry import ToolRegistry, default_tools
+from cairn.agent.tools.search import Grep
+from cairn.agent.tools.todo import TodoWrite
+from cairn.context.effects import ToolEffect
+from cairn.messages import JSONObject, Message, ToolCall
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return workspace
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.txt").write_text("top secret\n")
+    return folder
+
+
+def make_ctx(
+    ws: Path,
+    *,
+    mode: PermissionMode = "ask",
+    ask: Callable[[PermissionRequest], Awaitable[bool]] | None = None,
+) -> ToolContext:
+    return ToolContext(
+        workspace=ws,
+        state=SessionState("s1", ws),
+        session_dir=ws.parent / "session",
+        permission_mode=mode,
+        ask=ask,
+        clock=lambda: 42.0,
+    )
+
+
+def run(coro: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coro
+
+    return asyncio.run(main())
+
+
+def call(tool: object, ctx: ToolContext, **args: object) -> ToolResult:
+    return run(tool.run(args, ctx))  # type: ignore[attr-defined]
+
+
+def execute(registry: ToolRegistry, ctx: ToolContext, name: str, arguments: str) -> Message:
+    return run(registry.execute(ToolCall("call_1", name, arguments), ctx))
+
+
+# ---------------------------------------------------------------------------
+# Paths
+
+
+def test_resolve_in_workspace_confines_paths(ws: Path, outside: Path) -> None:
+    (ws / "src").mkdir()
+    assert resolve_in_workspace(ws, "src/a.py") == ws.resolve() / "src" / "a.py"
+    assert resolve_in_workspace(ws, str(ws / "src")) == ws.resolve() / "src"
+    assert resolve_in_workspace(ws, ".") == ws.resolve()
+    assert resolve_in_workspace(ws, "src/../b.txt") == ws.resolve() / "b.txt"
+    (ws / "link").symlink_to(outside)
+    for raw in ("../outside/secret.txt", str(outside / "secret.txt"), "link/secret.txt", ".."):
+        with pytest.raises(PathOutsideWorkspaceError) as info:
+            resolve_in_workspace(ws, raw)
+        assert raw in str(info.value) and str(ws.resolve()) in str(info.value)
+
+
+def test_display_path(ws: Path, outside: Path) -> None:
+    assert display_path(ws, ws / "src" / "a.py") == "src/a.py"
+    assert display_path(ws, ws) == "."
+    assert display_path(ws, outside / "x") == str(outside / "x")
+
+
+def test_glob_regex() -> None:
+    assert glob_regex("**/*.py").match("a.py")
+    assert glob_regex("**/*.py").match("src/pkg/a.py")
+    assert not glob_regex("*.py").match("src/a.py")
+    assert glob_regex("src/*.{py,pyi}").match("src/a.pyi")
+    assert not glob_regex("src/*.{py,pyi}").match("src/a.pyc")
+    assert glob_regex("test_?.[!c]*").match("test_1.py")
+
+
+# ---------------------------------------------------------------------------
+# read_file
+
+
+def test_read_file_numbers_lines_and_records_the_read(ws: Path) -> None:
+    (ws / "a.txt").write_text("one\ntwo\nthree\n")
+    ctx = make_ctx(ws)
+    result = call(ReadFile(), ctx, path="a.txt")
+    assert not result.is_error
+    assert result.content == "     1\tone\n     2\ttwo\n     3\tthree"
+    assert [(r.path, r.read_at, r.session_id) for r in ctx.state.reads] == [
+        (ws.resolve() / "a.txt", 42.0, "s1")
+    ]
+
+
+def test_read_file_line_ranges(ws: Path) -> None:
+    (ws / "n.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    ctx = make_ctx(ws)
+    result = call(ReadFile(), ctx, path="n.txt", offset=4, limit=3)
+    lines = result.content.splitlines()
+    assert lines[:3] == ["     4\tline 4", "     5\tline 5", "     6\tline 6"]
+    assert "lines 4-6 of 10" in result.content and "offset=7" in result.content
+    tail = call(ReadFile(), ctx, path="n.txt", offset="9")
+    assert tail.content == "     9\tline 9\n    10\tline 10"
+    past = call(ReadFile(), ctx, path="n.txt", offset=50)
+    assert not past.is_error and "has 10 lines" in past.content
+    bad = call(ReadFile(), ctx, path="n.txt", limit=0)
+    assert bad.is_error and "limit" in bad.content
+
+
+def test_read_file_cuts_long_lines_and_handles_empty_files(ws: Path) -> None:
+    (ws / "long.txt").write_text("x" * 2500 + "\n")
+    (ws / "empty.txt").write_text("")
+    ctx = make_ctx(ws)
+    long = call(ReadFile(), ctx, path="long.txt").content
+    assert long.startswith("     1\t" + "x" * 2000 + " …") and "2500" in long
+    assert call(ReadFile(), ctx, path="empty.txt").content == "(the file is empty)"
+
+
+def test_read_file_refuses_directories_binaries_and_missing_files(ws: Path) -> None:
+    (ws / "dir").mkdir()
+    (ws / "blob.bin").write_bytes(b"\x89PNG\0\0\x01")
+    ctx = make_ctx(ws)
+    for path, words in (
+        ("dir", "is a directory"),
+        ("blob.bin", "binary file"),
+        ("nope.txt", "does not exist"),
+    ):
+        result = call(ReadFile(), ctx, path=path)
+        assert result.is_error and words in result.content
+    missing = call(ReadFile(), ctx)
+    assert missing.is_error and "'path'" in missing.content
+    assert ctx.state.reads == []
+
+
+# ---------------------------------------------------------------------------
+# write_file / edit_file
+
+
+def test_write_file_creates_parents_and_overwrites_atomically(ws: Path) -> None:
+    ctx = make_ctx(ws)
+    created = call(WriteFile(), ctx, path="deep/er/new.txt", content="hello\nworld\n")
+    assert not created.is_error and "Created deep/er/new.txt" in created.content
+    target = ws / "deep" / "er" / "new.txt"
+    assert target.read_text() == "hello\nworld\n"
+    target.chmod(0o750)
+    again = call(WriteFile(), ctx, path="deep/er/new.txt", content="bye")
+    assert "Overwrote" in again.content
+    assert target.read_text() == "bye"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750
+    assert sorted(p.name for p in target.parent.iterdir()) == ["new.txt"]  # no temp left
+    assert call(WriteFile(), ctx, path="deep", content="x").is_error
+
+
+def test_edit_file_replaces_exactly_one_occurrence(ws: Path) -> None:
+    target = ws / "m.py"
+    target.write_text("a = 1\nb = 2\nc = 3\n")
+    ctx = make_ctx(ws)
+    result = call(EditFile(), ctx, path="m.py", old_string="b = 2", new_string="b = 20")
+    assert not result.is_error and "replaced 1 occurrence" in result.content
+    assert "     2\tb = 20" in result.content
+    assert target.read_text() == "a = 1\nb = 20\nc = 3\n"
+
+
+def test_edit_file_uniqueness(ws: Path) -> None:
+    target = ws / "m.py"
+    target.write_text("x = 1\nx = 1\n")
+    ctx = make_ctx(ws)
+    none = call(EditFile(), ctx, path="m.py", old_string="y = 1", new_string="y = 2")
+    assert none.is_error and "0 occurrences" in none.content
+    two = call(EditFile(), ctx, path="m.py", old_string="x = 1", new_string="x = 2")
+    assert two.is_error and "2 times" in two.content
+    assert target.read_text() == "x = 1\nx = 1\n"
+    same = call(EditFile(), ctx, path="m.py", old_string="x = 1", new_string="x = 1")
+    assert same.is_error and "same" in same.content
+    every = call(
+        EditFile(), ctx, path="m.py", old_string="x = 1", new_string="x = 2", replace_all=True
+    )
+    assert not every.is_error and "2 occurrences" in every.content
+    assert target.read_text() == "x = 2\nx = 2\n"
+
+
+def test_edit_file_matches_lf_text_in_a_crlf_file(ws: Path) -> None:
+    target = ws / "w.txt"
+    target.write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    result = call(EditFile(), make_ctx(ws), path="w.txt", old_string="one\ntwo", new_string="1\n2")
+    assert not result.is_error
+    assert target.read_bytes() == b"1\r\n2\r\nthree\r\n"
+
+
+# ---------------------------------------------------------------------------
+# Confinement
+
+
+def test_file_tools_refuse_paths_outside_the_workspace(ws: Path, outside: Path) -> None:
+    (ws / "dirlink").symlink_to(outside)
+    (ws / "filelink").symlink_to(outside / "secret.txt")
+    ctx = make_ctx(ws)
+    escapes = ["../outside/secret.txt", str(outside / "secret.txt"), "filelink"]
+    for raw in escapes:
+        for tool, extra in (
+            (ReadFile(), {}),
+            (EditFile(), {"old_string": "top", "new_string": "bottom"}),
+            (WriteFile(), {"content": "pwned"}),
+        ):
+            result = call(tool, ctx, path=raw, **extra)
+            assert result.is_error and "outside the workspace" in result.content, (tool, raw)
+    for raw in ("../outside/new.txt", str(outside / "new.txt"), "dirlink/new.txt"):
+        assert call(WriteFile(), ctx, path=raw, content="x").is_error
+    for raw in ("..", "dirlink", str(outside)):
+        assert call(ListFiles(), ctx, path=raw).is_error
+        assert call(Grep(), ctx, pattern="secret", path=raw).is_error
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "top secret\n"
+    assert ctx.state.reads == []
+    # Walking the workspace never reads through a link that points outside.
+    assert "top secret" not in call(Grep(), ctx, pattern="secret").content
+
+
+# ---------------------------------------------------------------------------
+# list_files / grep
+
+
+def _tree(ws: Path) -> None:
+    for name in ("src/pkg/a.py", "src/b.py", "src/c.txt", "README.md", "tests/test_a.py"):
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_text(f"# {name}\ndef hello():\n    return 'Hello'\n")
+    for skipped in (".git", ".venv", "node_modules", "src/__pycache__"):
+        (ws / skipped).mkdir(parents=True)
+        (ws / skipped / "hidden.py").write_text("def hello(): pass\n")
+
+
+def test_list_files(ws: Path) -> None:
+    _tree(ws)
+    ctx = make_ctx(ws)
+    top = call(ListFiles(), ctx)
+    assert top.content.splitlines() == ["README.md", "src/", "tests/"]
+    py = call(ListFiles(), ctx, pattern="**/*.py")
+    assert py.content.splitlines() == ["src/b.py", "src/pkg/a.py", "tests/test_a.py"]
+    inside = call(ListFiles(), ctx, path="src", pattern="*.py")
+    assert inside.content.splitlines() == ["src/b.py"]
+    assert call(ListFiles(), ctx, path="src").content.splitlines() == [
+        "src/b.py",
+        "src/c.txt",
+        "src/pkg/",
+    ]
+    none = call(ListFiles(), ctx, pattern="*.rs")
+    assert not none.is_error and "No entries" in none.content
+    assert call(ListFiles(), ctx, path="missing").is_error
+
+
+def test_list_files_is_capped(ws: Path) -> None:
+    for i in range(1005):
+        (ws / f"f{i:04}.txt").touch()
+    result = call(ListFiles(), make_ctx(ws))
+    lines = result.content.splitlines()
+    assert lines[0] == "f0000.txt" and lines[999] == "f0999.txt"
+    assert "first 1000 of 1005 entries" in lines[-1]
+
+
+def test_grep(ws: Path) -> None:
+    _tree(ws)
+    (ws / "src" / "blob.bin").write_bytes(b"def hello\0")
+    ctx = make_ctx(ws)
+    result = call(Grep(), ctx, pattern=r"def \w+\(")
+    assert result.content.splitlines() == [
+        "README.md:2: def hello():",
+        "src/b.py:2: def hello():",
+        "src/c.txt:2: def hello():",
+        "src/pkg/a.py:2: def hello():",
+        "tests/test_a.py:2: def hello():",
+    ]
+    py = call(Grep(), ctx, pattern="hello", path="src", glob="*.py", ignore_case=True)
+    assert py.content.splitlines() == [
+        "src/b.py:2: def hello():",
+        "src/b.py:3:     return 'Hello'",
+        "src/pkg/a.py:2: def hello():",
+        "src/pkg/a.py:3:     return 'Hello'",
+    ]
+    one = call(Grep(), ctx, pattern="Hello", path="src/b.py")
+    assert one.content == "src/b.py:3:     return 'Hello'"
+    assert "No matches" in call(Grep(), ctx, pattern="nothing here").content
+    bad = call(Grep(), ctx, pattern="def (")
+    assert bad.is_error and "invalid regular expression" in bad.content
+
+
+def test_grep_is_capped(ws: Path) -> None:
+    (ws / "many.txt").write_text("match\n" * 600)
+    result = call(Grep(), make_ctx(ws), pattern="match")
+    lines = result.content.splitlines()
+    assert lines[499] == "many.txt:500: match"
+    assert "first 500 matches" in lines[-1]
+
+
+# ---------------------------------------------------------------------------
+# bash
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_until_gone(pid: int) -> bool:
+    async def poll() -> bool:
+        for _ in range(100):
+            if not _alive(pid):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    return run(poll())
+
+
+def test_bash_output_and_exit_codes(ws: Path) -> None:
+    ctx = make_ctx(ws)
+    ok = call(Bash(), ctx, command="echo out; echo err >&2; pwd")
+    assert not ok.is_error
+    assert ok.content == f"out\nerr\n{ws}\nexit code 0"
+    failed = call(Bash(), ctx, command="echo nope; exit 3")
+    assert failed.is_error and failed.content == "nope\nexit code 3"
+    assert call(Bash(), ctx, command="true").content == "(no output)\nexit code 0"
+    assert call(Bash(), ctx, command="  ").is_error
+    assert call(Bash(), ctx, command="true", timeout=601).is_error
+
+
+def test_bash_timeout_kills_the_process_group(ws: Path) -> None:
+    ctx = make_ctx(ws)
+    result = call(
+        Bash(), ctx, command="echo start; sleep 30 & echo $! > sleep.pid; wait", timeout=1
+    )
+    assert result.is_error and "timed out" in result.content and "start" in result.content
+    assert _wait_until_gone(int((ws / "sleep.pid").read_text()))
+
+
+def test_bash_abort_kills_the_command(ws: Path) -> None:
+    async def scenario() -> ToolResult:
+        ctx = make_ctx(ws)
+
+        async def abort_once_started() -> None:
+            pid_file = ws / "sleep.pid"
+            while not (pid_file.exists() and pid_file.read_text().endswith("\n")):
+                await asyncio.sleep(0.01)
+            ctx.abort.set()
+
+        trigger = asyncio.create_task(abort_once_started())
+        result = await Bash().run({"command": "sleep 30 & echo $! > sleep.pid; wait"}, ctx)
+        await trigger
+        return result
+
+    result = run(scenario())
+    assert result.is_error and "interrupted" in result.content
+    assert _wait_until_gone(int((ws / "sleep.pid").read_text()))
+
+
+def test_bash_returns_when_the_command_exits_despite_leftovers(ws: Path) -> None:
+    ctx = make_ctx(ws)
+    result = call(Bash(), ctx, command="sleep 30 & echo $! > sleep.pid; echo done", timeout=20)
+    pid = int((ws / "sleep.pid").read_text())
+    try:
+        assert not result.is_error and result.content.startswith("done\nexit code 0")
+    finally:
+        os.kill(pid, 9)
+
+
+def test_bash_background_task_and_bash_output(ws: Path) -> None:
+    ctx = make_ctx(ws)
+    statuses: list[str] = []
+
+    async def scenario() -> tuple[ToolResult, ToolResult, ToolResult]:
+        bash = Bash()
+        started = await bash.run(
+            {
+                "command": "echo hello; while [ ! -e go ]; do sleep 0.01; done; echo bye",
+                "run_in_background": True,
+            },
+            ctx,
+        )
+        statuses.append(ctx.state.tasks["bash_1"].status)
+        early = await BashOutput().run({"task_id": "bash_1"}, ctx)
+        (ws / "go").touch()
+        for _ in range(500):
+            if ctx.state.tasks["bash_1"].status != "running":
+                break
+            await asyncio.sleep(0.01)
+        statuses.append(ctx.state.tasks["bash_1"].status)
+        await bash.run({"command": "exit 4", "run_in_background": True}, ctx)
+        for _ in range(500):
+            if ctx.state.tasks["bash_2"].status != "running":
+                break
+            await asyncio.sleep(0.01)
+        final = await BashOutput().run({"task_id": "bash_1"}, ctx)
+        return started, early, final
+
+    started, early, final = run(scenario())
+    assert not started.is_error and "bash_1" in started.content
+    assert statuses == ["running", "completed (exit 0)"]
+    assert ctx.state.tasks["bash_1"].description == (
+        "bash: echo hello; while [ ! -e go ]; do sleep 0.01; done; echo bye"
+    )
+    assert ctx.state.tasks["bash_2"].status == "failed (exit 4)"
+    assert early.content.startswith("status: running\n")
+    assert final.content == "status: completed (exit 0)\nhello\nbye"
+    assert (ctx.session_dir / "tasks" / "bash_1.log").read_text() == "hello\nbye\n"
+    unknown = call(BashOutput(), ctx, task_id="bash_9")
+    assert unknown.is_error and "bash_1" in unknown.content
+
+
+# ---------------------------------------------------------------------------
+# todo_write
+
+
+def test_todo_write(ws: Path) -> None:
+    ctx = make_ctx(ws)
+    todos: list[object] = [
+        {"content": "read the code", "status": "completed"},
+        {"content": "write the fix", "status": "in_progress", "activeForm": "writing"},
+        {"content": "run the tests", "status": "pending"},
+    ]
+    result = call(TodoWrite(), ctx, todos=todos)
+    assert result.content.splitlines() == [
+        "Todo list (1/3 completed):",
+        "[x] read the code",
+        "[>] write the fix",
+        "[ ] run the tests",
+    ]
+    assert ctx.state.todos[1] == Todo("write the fix", "in_progress")
+    bad = call(TodoWrite(), ctx, todos=[{"content": "x", "status": "done"}])
+    assert bad.is_error and "todos[0].status" in bad.content
+    assert len(ctx.state.todos) == 3
+    assert call(TodoWrite(), ctx, todos="nope").is_error
+
+
+# ---------------------------------------------------------------------------
+# Plan mode
+
+
+def test_plan_mode_refuses_writes_except_the_plan_file(ws: Path) -> None:
+    registry = ToolRegistry(default_tools())
+    ctx = make_ctx(ws)  # ask mode with nobody to ask: the plan file needs no permission
+    entered = execute(registry, ctx, "enter_plan_mode", "{}")
+    plan_file = ctx.session_dir / "plan.md"
+    assert not entered.meta.tool_error and str(plan_file) in entered.text
+    assert ctx.state.plan is not None and ctx.state.plan.plan_file == plan_file
+
+    for name, args in (
+        ("write_file", {"path": "x.py", "content": "x"}),
+        ("bash", {"command": "touch y"}),
+        ("edit_file", {"path": "x.py", "old_string": "a", "new_string": "b"}),
+    ):
+        refused = execute(registry, ctx, name, json.dumps(args))
+        assert refused.meta.tool_error and "plan mode" in refused.text
+    assert not (ws / "x.py").exists() and not (ws / "y").exists()
+
+    (ws / "notes.txt").write_text("notes\n")
+    assert not execute(registry, ctx, "read_file", '{"path": "notes.txt"}').meta.tool_error
+    written = execute(
+        registry, ctx, "write_file", json.dumps({"path": str(plan_file), "content": "draft\n"})
+    )
+    assert not written.meta.tool_error, written.text
+    edited = execute(
+        registry,
+        ctx,
+        "edit_file",
+        json.dumps({"path": str(plan_file), "old_string": "draft", "new_string": "step 1"}),
+    )
+    assert not edited.meta.tool_error, edited.text
+    assert plan_file.read_text() == "step 1\n"
+
+    exited = execute(registry, ctx, "exit_plan_mode", json.dumps({"plan": "# Plan\n1. do it\n"}))
+    assert not exited.meta.tool_error and "# Plan\n1. do it" in exited.text
+    assert plan_file.read_text() == "# Plan\n1. do it\n"
+    assert ctx.state.plan is None
+    # Out of plan mode the plan file is outside the workspace again.
+    assert execute(registry, ctx, "read_file", json.dumps({"path": str(plan_file)})).meta.tool_error
+    assert call(ExitPlanMode(), ctx, plan="again").is_error
+
+
+def test_exit_plan_mode_uses_the_plan_file_when_no_plan_is_given(ws: Path) -> None:
+    ctx = make_ctx(ws)
+    call(EnterPlanMode(), ctx)
+    assert call(ExitPlanMode(), ctx).is_error  # nothing written yet
+    (ctx.session_dir).mkdir(parents=True, exist_ok=True)
+    (ctx.session_dir / "plan.md").write_text("the plan\n")
+    result = call(ExitPlanMode(), ctx)
+    assert not result.is_error and result.content.endswith("the plan")
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+
+class _Boom:
+    name = "boom"
+    description = "always fails"
+    effect: ToolEffect = "read_only"
+
+    @property
+    def parameters(self) -> JSONObject:
+        return {"type": "object", "properties": {}}
+
+    async def run(self, args: JSONObject, ctx: ToolContext) -> ToolResult:
+        raise RuntimeError("kaput")
+
+
+def test_registry_lists_schemas_effects_and_names() -> None:
+    registry = ToolRegistry(default_tools())
+    assert registry.names() == [
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_files",
+        "grep",
+        "bash",
+        "bash_output",
+        "todo_write",
+        "enter_plan_mode",
+        "exit_plan_mode",
+    ]
+    effects = registry.effects()
+    assert {n for n, e in effects.items() if e == "write"} == {"write_file", "edit_file", "bash"}
+    schemas = registry.schemas()
+    assert schemas[0]["type"] == "function"
+    assert [s["function"]["name"] for s in schemas] == registry.names()  # type: ignore[call-overload,index]
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(ReadFile())
+
+
+def test_registry_reports_unknown_tools_bad_arguments_and_exceptions(ws: Path) -> None:
+    registry = ToolRegistry([*default_tools(), _Boom()])
+    ctx = make_ctx(ws, mode="bypass")
+    unknown = execute(registry, ctx, "fly", "{}")
+    assert unknown.role == "tool" and unknown.tool_call_id == "call_1" and unknown.name == "fly"
+    assert unknown.meta.tool_error and "'fly'" in unknown.text and "read_file" in unknown.text
+    bad = execute(registry, ctx, "read_file", '{"path": ')
+    assert bad.meta.tool_error and "not valid JSON" in bad.text
+    listed = execute(registry, ctx, "read_file", '["a.txt"]')
+    assert listed.meta.tool_error and "JSON object" in listed.text
+    boom = execute(registry, ctx, "boom", "")
+    assert boom.meta.tool_error and "RuntimeError: kaput" in boom.text
+    wrong_type = execute(registry, ctx, "read_file", '{"path": 3}')
+    assert wrong_type.meta.tool_error and "'path' must be a string" in wrong_type.text
+
+
+def test_registry_permissions(ws: Path) -> None:
+    registry = ToolRegistry(default_tools())
+    asked: list[PermissionRequest] = []
+
+    def asker(answer: bool) -> Callable[[PermissionRequest], Awaitable[bool]]:
+        async def ask(request: PermissionRequest) -> bool:
+            asked.append(request)
+            return answer
+
+        return ask
+
+    write = json.dumps({"path": "f.txt", "content": "hi\n"})
+    bash = json.dumps({"command": "touch b.txt"})
+
+    denied = execute(registry, make_ctx(ws, ask=asker(False)), "write_file", write)
+    assert denied.meta.tool_error and "the user denied write_file" in denied.text
+    assert not (ws / "f.txt").exists()
+    assert asked == [PermissionRequest("write_file", "write f.txt (1 lines)")]
+
+    granted = execute(registry, make_ctx(ws, ask=asker(True)), "write_file", write)
+    assert not granted.meta.tool_error and (ws / "f.txt").read_text() == "hi\n"
+
+    nobody = execute(registry, make_ctx(ws), "bash", bash)
+    assert nobody.meta.tool_error and "permission could not be requested" in nobody.text
+    assert not (ws / "b.txt").exists()
+
+    asked.clear()
+    read_only = execute(registry, make_ctx(ws, ask=asker(False)), "read_file", '{"path": "f.txt"}')
+    assert not read_only.meta.tool_error and asked == []
+
+    edits = make_ctx(ws, mode="accept-edits", ask=asker(False))
+    assert not execute(registry, edits, "write_file", write).meta.tool_error
+    assert asked == []
+    refused_bash = execute(registry, edits, "bash", bash)
+    assert refused_bash.meta.tool_error and asked == [PermissionRequest("bash", "touch b.txt")]
+
+    asked.clear()
+    bypass = make_ctx(ws, mode="bypass", ask=asker(False))
+    assert not execute(registry, bypass, "bash", bash).meta.tool_error
+    assert asked == [] and (ws / "b.txt").exists()
