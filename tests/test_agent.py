@@ -382,3 +382,20 @@ def test_cairn_p_errors(workspace: Path, tmp_path: Path, openai_server: OpenAISe
     }
     down = cairn_p("-p", "hi", cwd=workspace, env=env)
     assert down.returncode == 1 and "the model is down" in down.stderr
+
+
+def test_latest_total_tokens_shows_total_tokens_only(
+    workspace: Path, tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """总 token 展示 #4: latestTotalTokens uses total_tokens; cache fields are never added."""
+    from cairn.agent.events import UsageUpdate
+    from openai_server import UsageSpec
+
+    usage = UsageSpec(
+        1_000, 10, 1_010, cached_tokens=900, extra={"cache_read_input_tokens": 50_000}
+    )
+    openai_server.respond_with(lambda body: Reply(text="hello", usage=usage))
+    session = runtime(workspace, openai_server, tmp_path).new_session()
+    events = record(session)
+    asyncio.run(run_turn(session, "hi"))
+    assert [e.latest_total_tokens for e in events if isinstance(e, UsageUpdate)] == [1_010]
