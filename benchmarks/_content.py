@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+from collections.abc import Sequence
+
 PROSE = [
     "The failing test only shows up when the cache is cold, so I suspect the loader.",
     "Please keep the public API unchanged and add a regression test for this case.",
@@ -66,3 +70,25 @@ GREP = [
     "docs/usage.md:54:The loader reads every record in file order.",
 ]
 TOOLS = ("read_file", "grep", "bash", "edit_file")
+
+
+def text_lines(
+    rng: random.Random, pool: Sequence[str], size: int, numbers: itertools.count[int]
+) -> str:
+    """About ``size`` characters of lines from ``pool``; a fifth carry a unique number."""
+    out: list[str] = []
+    total = 0
+    while total < size:
+        number = next(numbers)
+        line = f"{rng.choice(pool)}  # {number}" if rng.random() < 0.2 else rng.choice(pool)
+        out.append(line)
+        total += len(line) + 1
+    return "\n".join(out)
+
+
+def user_prompt(rng: random.Random) -> str:
+    """A user message: a few sentences, sometimes in Chinese, Japanese or Korean."""
+    parts = rng.choices(PROSE, k=rng.randint(1, 4))
+    if rng.random() < 0.3:
+        parts += rng.choices(PROSE_CJK, k=rng.randint(1, 2))
+    return " ".join(parts)

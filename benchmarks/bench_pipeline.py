@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import platform
 import random
 import sys
@@ -52,7 +53,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from _content import ASSISTANT, CODE, GREP, LOG, PROSE, PROSE_CJK, TOOLS
+from _content import ASSISTANT, CODE, GREP, LOG, TOOLS, text_lines, user_prompt
 from cairn.context.budget import input_budget
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffects
@@ -127,28 +128,14 @@ class Generator:
         self.text = random.Random(seed + 1)
         self.result_bytes = result_bytes
         self.scale = scale
-        self.counter = 0
+        self.numbers = itertools.count(1)
         self.prompt_tokens = 4_000
 
     def _lines(self, pool: Sequence[str], size: int) -> str:
-        out: list[str] = []
-        total = 0
-        rng = self.text
-        while total < size:
-            self.counter += 1
-            line = (
-                f"{rng.choice(pool)}  # {self.counter}" if rng.random() < 0.2 else rng.choice(pool)
-            )
-            out.append(line)
-            total += len(line) + 1
-        return "\n".join(out)
+        return text_lines(self.text, pool, size, self.numbers)
 
     def user(self) -> Message:
-        rng = self.text
-        parts = rng.choices(PROSE, k=rng.randint(1, 4))
-        if rng.random() < 0.3:
-            parts += rng.choices(PROSE_CJK, k=rng.randint(1, 2))
-        return Message(role="user", content=" ".join(parts))
+        return Message(role="user", content=user_prompt(self.text))
 
     def call(self) -> ToolCall:
         name = self.shape.choice(TOOLS)

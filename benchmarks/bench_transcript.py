@@ -22,13 +22,14 @@ temporary files are removed.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import platform
 import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -38,7 +39,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from _content import ASSISTANT, CODE, GREP, LOG, PROSE, PROSE_CJK, TOOLS
+from _content import ASSISTANT, CODE, GREP, LOG, PROSE, TOOLS, text_lines, user_prompt
+from cairn.context.ledger import LEDGER_HEADINGS
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     Message,
@@ -79,27 +81,13 @@ T = TypeVar("T")
 class Generator:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
-        self.counter = 0
+        self.numbers = itertools.count(1)
 
-    def _lines(self, pool: list[str], size: int) -> str:
-        out: list[str] = []
-        total = 0
-        rng = self.rng
-        while total < size:
-            self.counter += 1
-            line = (
-                f"{rng.choice(pool)}  # {self.counter}" if rng.random() < 0.2 else rng.choice(pool)
-            )
-            out.append(line)
-            total += len(line) + 1
-        return "\n".join(out)
+    def _lines(self, pool: Sequence[str], size: int) -> str:
+        return text_lines(self.rng, pool, size, self.numbers)
 
     def user(self) -> Message:
-        rng = self.rng
-        parts = rng.choices(PROSE, k=rng.randint(1, 4))
-        if rng.random() < 0.3:
-            parts += rng.choices(PROSE_CJK, k=rng.randint(1, 2))
-        return Message(role="user", content=" ".join(parts))
+        return Message(role="user", content=user_prompt(self.rng))
 
     def call(self) -> ToolCall:
         rng = self.rng
@@ -186,15 +174,7 @@ def _compaction(context: list[Message], pre_tokens: int) -> CompactionRecord:
     tail = [m for r in rounds for m in context[r.start : r.end]]
     ledger = "\n\n".join(
         f"## {heading}\n- {' '.join(PROSE[i % len(PROSE)] for i in range(3))}"
-        for heading in (
-            "Objective and constraints",
-            "Decisions and rationale",
-            "Workspace mutations",
-            "Verification evidence",
-            "Active tasks and background work",
-            "Open risks or blockers",
-            "Exact next action",
-        )
+        for heading in LEDGER_HEADINGS
     )
     block = Message(
         role="user",

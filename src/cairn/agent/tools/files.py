@@ -106,6 +106,12 @@ def numbered(number: int, line: str) -> str:
 # ---------------------------------------------------------------------------
 # read_file
 
+#: The ``path`` argument of every single-file tool.
+FILE_PATH_PROPERTY: JSONObject = {
+    "type": "string",
+    "description": "The file, relative to the workspace (or absolute inside it).",
+}
+
 
 class ReadFile:
     name = "read_file"
@@ -124,10 +130,7 @@ class ReadFile:
         return {
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "The file, relative to the workspace (or absolute inside it).",
-                },
+                "path": FILE_PATH_PROPERTY,
                 "offset": {
                     "type": "integer",
                     "description": "The first line to show (1-based). Default 1.",
@@ -206,10 +209,7 @@ class WriteFile:
         return {
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "The file, relative to the workspace (or absolute inside it).",
-                },
+                "path": FILE_PATH_PROPERTY,
                 "content": {"type": "string", "description": "The file's complete new text."},
             },
             "required": ["path", "content"],
@@ -265,10 +265,7 @@ class EditFile:
         return {
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "The file, relative to the workspace (or absolute inside it).",
-                },
+                "path": FILE_PATH_PROPERTY,
                 "old_string": {"type": "string", "description": "The exact text to replace."},
                 "new_string": {"type": "string", "description": "The text to put in its place."},
                 "replace_all": {
