@@ -165,7 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--permission-mode",
         choices=("ask", "accept-edits", "bypass"),
         default="accept-edits",
-        help="ask refuses writes and commands here (nobody can answer); default accept-edits",
+        help=(
+            "accept-edits (default): edits go ahead, commands are refused; "
+            "bypass: everything runs; ask: every write is refused (nobody can answer here)"
+        ),
     )
     headless.add_argument("--max-turns", type=int, default=50, help="requests at most")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

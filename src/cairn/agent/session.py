@@ -68,6 +68,7 @@ class Session:
         self.path = session_path(self.workspace, session_id, runtime.home)
         self.session_dir = self.path.with_suffix("")
         self.state = SessionState(session_id, self.workspace)
+        self._closed = False
         self._abort = asyncio.Event()
         self.catalog: SkillCatalog = discover_skills(self.workspace, runtime.home)
         self.tool_list: list[Tool] = [
@@ -154,12 +155,17 @@ class Session:
         return self._abort
 
     def close(self) -> None:
+        self._closed = True
         self.pipeline.close()
         self.events.close()
 
     # -- state persistence -------------------------------------------------------
 
     def _persist_state(self, state: SessionState) -> None:
+        if self._closed:
+            # A background task finishing after the session was switched away:
+            # its state belongs to a transcript that is no longer open here.
+            return
         self._store.append(StateRecord(STATE_KEY, state.to_json()))
 
     def _restore_state(self, store: JsonlTranscriptStore) -> None:
