@@ -112,6 +112,8 @@ class CheckResult:
 
 
 _UNKNOWN = TokenSnapshot(None, "unknown", None, "unknown")
+#: Phases in which old tool results are snipped.
+_SNIP_PHASES = ("handoff_band", "compaction_due")
 
 
 class ContextPipeline:
@@ -282,11 +284,7 @@ class ContextPipeline:
         if (
             snapshot.tokens is not None
             and snapshot.input_budget is not None
-            and snapshot.phase
-            in (
-                "handoff_band",
-                "compaction_due",
-            )
+            and snapshot.phase in _SNIP_PHASES
         ):
             line = handoff_line(snapshot.input_budget, self.config.handoff_ratio)
             more, saved = snip_edits(
@@ -318,9 +316,15 @@ class ContextPipeline:
 
         if edits:
             self._apply_edits(edits)
+        # The request goes out with the projection the decisions were made on,
+        # plus the handoff reminder if one is added now.
+        after = snapshot
         handoff = self._maybe_handoff(snapshot)
-        after = self.project(fixed) if handoff or edits else snapshot
-        return CheckResult(before, after, len(edits), None, handoff, warnings=tuple(warnings))
+        if handoff is not None and snapshot.tokens is not None:
+            after = self._tracker.snapshot(snapshot.tokens + self._count(handoff), before.source)
+        return CheckResult(
+            before, after, len(edits), None, handoff is not None, warnings=tuple(warnings)
+        )
 
     async def compact(
         self, fixed: FixedContext, *, instructions: str | None = None
@@ -552,13 +556,14 @@ class ContextPipeline:
         # The baseline counted the old contents: re-estimate until the next response.
         self._revision += 1
 
-    def _maybe_handoff(self, snapshot: TokenSnapshot) -> bool:
+    def _maybe_handoff(self, snapshot: TokenSnapshot) -> Message | None:
+        """Append this epoch's handoff reminder when the context is in the band."""
         if snapshot.phase != "handoff_band" or self._handoffs.status(self.epoch) != "open":
-            return False
+            return None
         record = HandoffRecord(build_handoff_message(snapshot), epoch=self.epoch)
         self._store.append(record)
         self._handoffs.observe(record)
-        return True
+        return record.message
 
     def _idle(self) -> bool:
         if self._last_call is None:
