@@ -92,3 +92,15 @@ def user_prompt(rng: random.Random) -> str:
     if rng.random() < 0.3:
         parts += rng.choices(PROSE_CJK, k=rng.randint(1, 2))
     return " ".join(parts)
+
+
+def tool_arguments(name: str, rng: random.Random) -> dict[str, object]:
+    """Plausible arguments for one of ``TOOLS``."""
+    path = f"src/app/{rng.choice(('loader', 'retry', 'cli', 'config'))}.py"
+    if name == "read_file":
+        return {"path": path}
+    if name == "grep":
+        return {"pattern": rng.choice(("load(", "RetryPolicy", "timeout")), "path": "."}
+    if name == "bash":
+        return {"command": f"python -m pytest tests -q -k {rng.choice(('loader', 'retry'))}"}
+    return {"path": path, "old": rng.choice(CODE), "new": rng.choice(CODE)}

@@ -53,7 +53,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from _content import ASSISTANT, CODE, GREP, LOG, TOOLS, text_lines, user_prompt
+from _content import ASSISTANT, CODE, GREP, LOG, TOOLS, text_lines, tool_arguments, user_prompt
 from cairn.context.budget import input_budget
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffects
@@ -140,16 +140,7 @@ class Generator:
     def call(self) -> ToolCall:
         name = self.shape.choice(TOOLS)
         rng = self.text
-        path = f"src/app/{rng.choice(('loader', 'retry', 'cli', 'config'))}.py"
-        args: dict[str, object]
-        if name == "read_file":
-            args = {"path": path}
-        elif name == "grep":
-            args = {"pattern": rng.choice(("load(", "RetryPolicy", "timeout")), "path": "."}
-        elif name == "bash":
-            args = {"command": f"python -m pytest tests -q -k {rng.choice(('loader', 'retry'))}"}
-        else:
-            args = {"path": path, "old": rng.choice(CODE), "new": rng.choice(CODE)}
+        args = tool_arguments(name, rng)
         return ToolCall(new_id("call"), name, orjson.dumps(args).decode())
 
     def assistant(self, calls: tuple[ToolCall, ...]) -> Message:

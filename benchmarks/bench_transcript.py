@@ -39,7 +39,17 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from _content import ASSISTANT, CODE, GREP, LOG, PROSE, TOOLS, text_lines, user_prompt
+from _content import (
+    ASSISTANT,
+    CODE,
+    GREP,
+    LOG,
+    PROSE,
+    TOOLS,
+    text_lines,
+    tool_arguments,
+    user_prompt,
+)
 from cairn.context.ledger import LEDGER_HEADINGS
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
@@ -92,16 +102,7 @@ class Generator:
     def call(self) -> ToolCall:
         rng = self.rng
         name = rng.choice(TOOLS)
-        path = f"src/app/{rng.choice(('loader', 'retry', 'cli', 'config'))}.py"
-        args: dict[str, object]
-        if name == "read_file":
-            args = {"path": path}
-        elif name == "grep":
-            args = {"pattern": rng.choice(("load(", "RetryPolicy", "timeout")), "path": "."}
-        elif name == "bash":
-            args = {"command": f"python -m pytest tests -q -k {rng.choice(('loader', 'retry'))}"}
-        else:
-            args = {"path": path, "old": rng.choice(CODE), "new": rng.choice(CODE)}
+        args = tool_arguments(name, rng)
         return ToolCall(new_id("call"), name, orjson.dumps(args).decode())
 
     def assistant(self, calls: tuple[ToolCall, ...], prompt_tokens: int) -> Message:
