@@ -24,6 +24,7 @@ from cairn.context.fallback import (
 from cairn.context.ledger import (
     ACTIVE_TASK_KEY,
     LEDGER_HEADINGS,
+    CheckpointEntry,
     active_task_of,
     build_compact_block,
     render_ledger,
@@ -94,6 +95,20 @@ def tool_turn(
 def numbered(n_lines: int, tag: str = "") -> str:
     """A text whose every part is distinct, so head and tail can be located."""
     return "".join(f"{tag}line {i:06d}\n" for i in range(n_lines))
+
+
+def block_of(texts: Sequence[str]) -> Message:
+    """A compact block carrying ``texts`` as its checkpoint, as a previous compaction would."""
+    task = active_task_of([user(t) for t in texts], cap_tokens=None, input_budget=24_576)
+    return build_compact_block(render_ledger({}), task)
+
+
+def carried(block: Message) -> list[CheckpointEntry]:
+    raw = block.meta.extra[ACTIVE_TASK_KEY]
+    assert isinstance(raw, list)
+    entries = [CheckpointEntry.from_json(r, n) for n, r in enumerate(raw, 1)]
+    assert all(e is not None for e in entries)
+    return [e for e in entries if e is not None]
 
 
 def tail_of(p: FallbackPlan) -> tuple[Message, ...]:
@@ -313,14 +328,35 @@ def test_images_are_replaced_by_a_text_placeholder() -> None:
 
 
 def test_mandatory_checkpoint_raises_the_target() -> None:
-    huge = "Constraint: keep every public name. " * 20_000  # ~180k tokens of user text
+    # A window whose input budget the fixed context has nearly used up: the
+    # target (half the budget) is smaller than the bounded checkpoint's floor.
+    rules = "\n".join(f"Never rename public name number {i}." for i in range(20))
+    later = "\n".join(f"Always keep option --flag-{i} working." for i in range(20))
+    history = [
+        user(rules),
+        *tool_turn("bash", '{"command": "make"}', "ok"),
+        assistant("built"),
+        user(later),
+    ]
+    p = plan_fallback(history, window=8_192, input_budget=1_200, tool_effects=EFFECTS)
+    assert p.raised
+    assert p.target > fallback_target(p.source_tokens, 8_192, 1_200)
+    assert p.target == estimate_message_tokens(p.replacement[0])
+    # The user's rules are kept verbatim rather than dropped to meet the target.
+    assert rules in p.replacement[0].text and later in p.replacement[0].text
+    assert p.post_tokens <= p.target
+
+
+def test_a_huge_message_no_longer_raises_the_target() -> None:
+    # Before the checkpoint had a bound, this raised the target to ~180k tokens.
+    huge = "Constraint: keep every public name. " * 20_000
     history = [user(huge), *tool_turn("bash", '{"command": "make"}', "ok"), assistant("built")]
     p = plan(history, 32_768)
-    assert p.raised
-    assert p.target > fallback_target(p.source_tokens, 32_768, input_budget(32_768))
-    assert p.target == estimate_message_tokens(p.replacement[0])
-    assert huge in p.replacement[0].text
-    assert p.post_tokens <= p.target
+    assert not p.raised
+    assert p.post_tokens <= input_budget(32_768) // 2
+    block = p.replacement[0].text
+    assert huge not in block and huge[:200] in block and huge[-100:] in block
+    assert "Constraint: keep every public name." in block
 
 
 def test_target_not_raised_when_the_block_fits() -> None:
@@ -368,7 +404,9 @@ def test_recursive_compaction_carries_the_previous_checkpoint() -> None:
     p = plan(second)
     block2 = p.replacement[0]
     expected = ["Port the CLI to click.", "Keep --verbose working.", "Now update the README."]
-    assert block2.meta.extra[ACTIVE_TASK_KEY] == expected
+    assert [e.text for e in carried(block2)] == expected
+    # Numbered across compactions, never reset.
+    assert [e.number for e in carried(block2)] == [1, 2, 3]
     for entry in expected:
         assert entry in block2.text
     # The old block is replaced, never kept.
@@ -384,11 +422,11 @@ def test_recursive_compaction_carries_the_previous_checkpoint() -> None:
 
 
 def test_only_a_compact_block_gives_a_valid_plan() -> None:
-    block = build_compact_block(render_ledger({}), ["do the thing"])
+    block = block_of(["do the thing"])
     p = plan([block])
     assert len(p.replacement) == 1
     assert p.replacement[0].meta.kind == KIND_COMPACT_SUMMARY
-    assert p.replacement[0].meta.extra[ACTIVE_TASK_KEY] == ["do the thing"]
+    assert [e.text for e in carried(p.replacement[0])] == ["do the thing"]
     assert p.replacement[0].id != block.id
 
 
@@ -619,8 +657,8 @@ def texts(draw: st.DrawFn, max_repeat: int = 50) -> str:
 def sessions(draw: st.DrawFn) -> list[Message]:
     history: list[Message] = []
     if draw(st.booleans()):
-        entries = draw(st.lists(texts(), max_size=3))
-        history.append(build_compact_block(render_ledger({}), entries))
+        entries = [t for t in draw(st.lists(texts(), max_size=3)) if t.strip()]
+        history.append(block_of(entries))
     for _ in range(draw(st.integers(0, 14))):
         kind = draw(st.sampled_from(["user", "assistant", "tools", "tools"]))
         if kind == "user":
@@ -678,9 +716,15 @@ def test_property_random_sessions_give_sound_bounded_plans(
     assert p.post_tokens <= p.target
     if not p.raised:
         assert p.post_tokens <= input_budget(window) / 2
-    for entry in active_task_of(history):
-        assert entry in block.text
-    assert block.meta.extra[ACTIVE_TASK_KEY] == active_task_of(history)
+    # The checkpoint: its entries are what the block shows, and the latest
+    # thing the user wrote is its last entry.
+    for entry in carried(block):
+        assert entry.text is None or entry.text in block.text
+    typed = [m for m in history if m.role == "user" and not m.meta.synthetic and m.text.strip()]
+    if typed:
+        latest = carried(block)[-1]
+        assert latest.id == typed[-1].id
+        assert latest.oversized or latest.text == typed[-1].text
     # The tail: original messages, in order, sanitized; only the oldest round cut.
     originals = {m.id: m for m in history}
     positions = [ids(history).index(m.id) for m in tail]

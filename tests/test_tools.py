@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import TypeVar
 
 import pytest
 
+from cairn.agent.session import Runtime
 from cairn.agent.state import SessionState, Todo
 from cairn.agent.tools.base import PermissionMode, PermissionRequest, ToolContext, ToolResult
 from cairn.agent.tools.bash import Bash, BashOutput
@@ -27,7 +29,8 @@ from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.search import Grep
 from cairn.agent.tools.todo import TodoWrite
 from cairn.context.effects import ToolEffect
-from cairn.messages import JSONObject, Message, ToolCall
+from cairn.messages import JSONObject, Message, ToolCall, assistant, tool_result
+from cairn.provider import ModelConfig, OpenAIProvider
 
 T = TypeVar("T")
 
@@ -247,6 +250,67 @@ def test_file_tools_refuse_paths_outside_the_workspace(ws: Path, outside: Path) 
     assert ctx.state.reads == []
     # Walking the workspace never reads through a link that points outside.
     assert "top secret" not in call(Grep(), ctx, pattern="secret").content
+
+
+def test_read_only_tools_read_a_saved_tool_result_in_a_real_session(
+    tmp_path: Path, outside: Path
+) -> None:
+    """The tool-result preview names a file in the session folder: read_file opens it."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    model = ModelConfig(model="m", base_url="http://127.0.0.1:9/v1", context_window=8_192)
+    runtime = Runtime(
+        workspace, model, OpenAIProvider(model), home=tmp_path / "home", permission_mode="bypass"
+    )
+    session = runtime.new_session()
+    try:
+        log = "".join(f"build step {i:05d}: compiled module_{i}.c\n" for i in range(1_500))
+        call_ = ToolCall("call_log", "bash", '{"command": "make"}')
+        session.pipeline.add(assistant("Building.", [call_]))
+        [shortened] = session.pipeline.add_tool_results([tool_result(call_.id, log)])
+        marker = re.search(r"is saved at (\S+)\. Read it with read_file", shortened.text)
+        assert marker is not None, shortened.text[:500]
+        saved = marker.group(1)
+        assert Path(saved).is_relative_to(session.session_dir.resolve())
+        ctx = session.tool_context()
+        registry = session.tools
+
+        def run_tool(name: str, **args: object) -> Message:
+            return execute(registry, ctx, name, json.dumps(args))
+
+        read = run_tool("read_file", path=saved)
+        assert not read.meta.tool_error, read.text
+        assert [line.split("\t", 1)[1] for line in read.text.splitlines()] == log.splitlines()
+        found = run_tool("grep", pattern="module_1499\\.c", path=saved)
+        assert "build step 01499" in found.text
+        listed = run_tool("list_files", path=str(Path(saved).parent))
+        assert Path(saved).name in listed.text
+        # Writing there stays refused, even with every permission granted.
+        for name, extra in (
+            ("write_file", {"content": "tampered"}),
+            ("edit_file", {"old_string": "build", "new_string": "x"}),
+        ):
+            refused = run_tool(name, path=saved, **extra)
+            assert refused.meta.tool_error and "outside the workspace" in refused.text
+        assert Path(saved).read_text() == log
+        # Escapes from the session folder are refused like any other.
+        session.session_dir.joinpath("out").symlink_to(outside)
+        for raw in (
+            str(session.session_dir / ".." / f"{session.id}.jsonl"),
+            str(session.session_dir / "tool-results" / ".." / ".." / "x"),
+            str(session.session_dir / "out" / "secret.txt"),
+        ):
+            for name in ("read_file", "grep", "list_files"):
+                args: dict[str, object] = {"path": raw}
+                if name == "grep":
+                    args["pattern"] = "."
+                escaped = run_tool(name, **args)
+                assert escaped.meta.tool_error and "session's folder" in escaped.text, (name, raw)
+        # A link inside the session folder to outside is not followed by a walk either.
+        walked = run_tool("grep", pattern="top secret", path=str(session.session_dir))
+        assert walked.text.startswith("No matches") and "secret.txt" not in walked.text
+    finally:
+        session.close()
 
 
 # ---------------------------------------------------------------------------
@@ -507,8 +571,14 @@ def test_plan_mode_refuses_writes_except_the_plan_file(ws: Path) -> None:
     assert not exited.meta.tool_error and "# Plan\n1. do it" in exited.text
     assert plan_file.read_text() == "# Plan\n1. do it\n"
     assert ctx.state.plan is None
-    # Out of plan mode the plan file is outside the workspace again.
-    assert execute(registry, ctx, "read_file", json.dumps({"path": str(plan_file)})).meta.tool_error
+    # Out of plan mode the plan file is outside the workspace again: it may
+    # be read (it is in the session's folder), no longer written.
+    rewrite = json.dumps({"path": str(plan_file), "content": "changed\n"})
+    assert execute(registry, ctx, "write_file", rewrite).meta.tool_error
+    assert plan_file.read_text() == "# Plan\n1. do it\n"
+    assert not execute(
+        registry, ctx, "read_file", json.dumps({"path": str(plan_file)})
+    ).meta.tool_error
     assert call(ExitPlanMode(), ctx, plan="again").is_error
 
 

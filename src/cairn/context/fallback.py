@@ -3,7 +3,7 @@
 When the LLM summary fails, or the breaker keeps the model out of it, the
 session must still go on below the handoff line. This module plans the
 replacement context from the history alone: a compact block (a continuation
-ledger filled by fixed rules, plus the verbatim active-task checkpoint), then
+ledger filled by fixed rules, plus the bounded active-task checkpoint), then
 whole API rounds from the newest end, of which only the oldest kept one — the
 boundary round — may be cut. Same input, same ledger, byte for byte.
 """
@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from cairn.context.effects import ToolEffects, call_path, effect_of, written_files
 from cairn.context.ledger import (
     EMPTY_SECTION,
     LEDGER_HEADINGS,
+    MIN_CHECKPOINT_TOKENS,
+    ActiveTask,
     active_task_of,
     build_compact_block,
+    checkpoint_cap,
     render_ledger,
 )
 from cairn.messages import (
@@ -120,12 +124,19 @@ def plan_fallback(
     input_budget: int,
     tool_effects: ToolEffects,
     count: Callable[[Message], int] = estimate_message_tokens,
+    checkpoint_tokens: int | None = None,
+    artifacts_dir: Path | None = None,
 ) -> FallbackPlan:
     """Plan the replacement context for ``messages`` (the API view) without a model.
 
     ``post_tokens ≤ target`` always holds; ``target`` exceeds
     ``fallback_target(...)`` only when the compact block alone is bigger
-    (``raised``), because the user's words are never dropped.
+    (``raised``), because the checkpoint's mandatory part is never dropped.
+
+    ``checkpoint_tokens`` caps the active-task checkpoint (``None``: 15 % of
+    ``input_budget``), and never more than half the target, so the ledger and
+    the tail keep room. Oversized user messages are saved under
+    ``artifacts_dir`` (see ``ledger.active_task_of``).
     """
     counts = [count(m) for m in messages]
     source_tokens = sum(counts)
@@ -138,7 +149,13 @@ def plan_fallback(
     history_counts = [counts[i] for i in kept_indexes]
 
     target = fallback_target(source_tokens, window, input_budget)
-    active_task = active_task_of(history)
+    cap = min(
+        checkpoint_cap(checkpoint_tokens, input_budget),
+        max(MIN_CHECKPOINT_TOKENS, target // 2),
+    )
+    active_task = active_task_of(
+        history, cap_tokens=cap, input_budget=input_budget, artifacts_dir=artifacts_dir
+    )
     files = written_files(history, tool_effects)
     ledger = _build_ledger(history, tool_effects, active_task, files, _detail(target))
     block = build_compact_block(ledger, active_task)
@@ -170,7 +187,7 @@ def _select_tail(
     history: Sequence[Message],
     counts: Sequence[int],
     budget: int,
-    active_task: Sequence[str],
+    active_task: ActiveTask,
     count: Callable[[Message], int],
 ) -> tuple[list[Message], int, bool]:
     """Whole rounds from the newest end within ``budget``; at most one cut round."""
@@ -209,15 +226,19 @@ def _select_tail(
     return tail, budget - remaining, truncated
 
 
-def _repeated_last_user(history: Sequence[Message], active_task: Sequence[str]) -> int | None:
-    """Index of the last user message if the checkpoint already holds its text verbatim.
+def _repeated_last_user(history: Sequence[Message], active_task: ActiveTask) -> int | None:
+    """Index of the last user message if the checkpoint already holds all of it verbatim.
 
-    A user message is always a round of its own, so leaving it out splits nothing.
+    Not when the checkpoint shows only a stub of it (oversized), nor when it
+    has images (the checkpoint holds text only). A user message is always a
+    round of its own, so leaving it out splits nothing.
     """
+    latest = active_task.latest
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         if m.role == "user" and not _never_kept(m):
-            return i if m.text in set(active_task) else None
+            held = latest is not None and latest.verbatim and latest.id == m.id
+            return i if held and not m.images else None
     return None
 
 
@@ -327,7 +348,7 @@ def _detail(target: int) -> float:
 def _build_ledger(
     history: Sequence[Message],
     effects: ToolEffects,
-    active_task: Sequence[str],
+    active_task: ActiveTask,
     files: Sequence[str],
     detail: float,
 ) -> str:
@@ -385,13 +406,17 @@ def _previous_sections(history: Sequence[Message]) -> dict[str, str]:
     return {h: b for h, b in bodies.items() if b and b != EMPTY_SECTION}
 
 
-def _objective(active_task: Sequence[str], chars: int) -> str:
-    if not active_task:
+def _objective(active_task: ActiveTask, chars: int) -> str:
+    first = active_task.first
+    if first is None or first.text is None:
         return ""
-    body = _clip_head(active_task[0], chars).strip()
-    later = len(active_task) - 1
+    body = _clip_head(first.text, chars).strip()
+    later = active_task.total - first.number
     if later:
-        body += f"\n(+ {later} later user message(s), verbatim in the active-task checkpoint)"
+        body += (
+            f"\n(+ {later} later user message(s); the active-task checkpoint holds the "
+            "latest one and the user's constraints verbatim)"
+        )
     return body
 
 
@@ -472,10 +497,11 @@ def _risks(history: Sequence[Message], calls: Mapping[str, ToolCall], chars: int
     return "\n".join(reversed(errors))
 
 
-def _next_action(history: Sequence[Message], active_task: Sequence[str], chars: int) -> str:
+def _next_action(history: Sequence[Message], active_task: ActiveTask, chars: int) -> str:
     lines: list[str] = []
-    if active_task:
-        lines.append(f"Last user request: {_one_line(active_task[-1], chars)}")
+    latest = active_task.latest
+    if latest is not None and latest.text is not None:
+        lines.append(f"Last user request: {_one_line(latest.text, chars)}")
     last = next((m for m in reversed(history) if m.role == "assistant" and m.text.strip()), None)
     if last is not None:
         lines.append(f"Last assistant message: {_one_line(last.text, chars)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from cairn.context.effects import ToolEffects
@@ -39,6 +40,16 @@ class SummaryRequest:
     keep_rounds: int = 2
     #: Called with the accumulated streamed text (the UI's compaction tail).
     on_text: Callable[[str], None] | None = None
+    #: The whole input budget of one request (``input_budget`` above is the
+    #: conversation's share of it); ``None``: the window is unknown.
+    request_budget: int | None = None
+    #: The fixed context's size as the provider counts it (calibrated), else the estimate.
+    fixed_tokens: int = 0
+    #: Cap, in tokens, for the older user messages of the active-task checkpoint
+    #: (``checkpoint_share`` of the input budget); ``None``: 15 % of ``input_budget``.
+    checkpoint_tokens: int | None = None
+    #: The session's folder: oversized user messages are saved here in full.
+    artifacts_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -71,5 +82,7 @@ def fallback_summary(messages: Sequence[Message], request: SummaryRequest) -> Su
         input_budget=request.input_budget,
         tool_effects=request.tool_effects,
         count=request.count,
+        checkpoint_tokens=request.checkpoint_tokens,
+        artifacts_dir=request.artifacts_dir,
     )
     return Summary(plan.replacement, plan.summary, "fallback", plan.files)

@@ -57,13 +57,9 @@ def tasks_dir(ctx: ToolContext) -> Path:
 class Bash:
     name = "bash"
     description = (
-        "Run a shell command with `bash -c` in the workspace folder and return its "
-        "output (stdout and stderr merged) and exit code. stdin is closed, so "
-        "interactive programs cannot run. `timeout` is in seconds (default "
-        f"{DEFAULT_TIMEOUT_S:g}, at most {MAX_TIMEOUT_S:g}); a command that runs longer is "
-        "killed with everything it started. Long output keeps its beginning and end. "
-        "For servers, watchers and other long-running commands set run_in_background: "
-        "the call returns a task id at once, and bash_output shows the output so far."
+        "Run a command with `bash -c` in the workspace; returns stdout+stderr and "
+        "the exit code. No stdin. For servers and other long-running commands set "
+        "run_in_background, then check them with bash_output."
     )
     effect: ToolEffect = "write"
 
@@ -76,15 +72,15 @@ class Bash:
         return {
             "type": "object",
             "properties": {
-                "command": {"type": "string", "description": "The bash command to run."},
+                "command": {"type": "string"},
                 "timeout": {
                     "type": "number",
-                    "description": f"Seconds before the command is killed (default "
-                    f"{DEFAULT_TIMEOUT_S:g}, max {MAX_TIMEOUT_S:g}). Ignored in background.",
+                    "description": f"Seconds (default {DEFAULT_TIMEOUT_S:g}, max "
+                    f"{MAX_TIMEOUT_S:g}), then it is killed.",
                 },
                 "run_in_background": {
                     "type": "boolean",
-                    "description": "Start the command and return at once with a task id.",
+                    "description": "Return a task id at once.",
                 },
             },
             "required": ["command"],
@@ -353,10 +349,7 @@ def _environment() -> dict[str, str]:
 class BashOutput:
     name = "bash_output"
     description = (
-        "Show a background task's status (running, completed (exit 0), failed (exit "
-        "N) …) and its output so far (the last "
-        f"{LOG_TAIL_BYTES // 1000} KB at most). task_id is the id bash returned, e.g. "
-        "bash_1."
+        f"Status and output so far (last {LOG_TAIL_BYTES // 1000} KB) of a background bash command."
     )
     effect: ToolEffect = "read_only"
 
@@ -364,9 +357,7 @@ class BashOutput:
     def parameters(self) -> JSONObject:
         return {
             "type": "object",
-            "properties": {
-                "task_id": {"type": "string", "description": "The task id, e.g. bash_1."}
-            },
+            "properties": {"task_id": {"type": "string", "description": "E.g. bash_1."}},
             "required": ["task_id"],
             "additionalProperties": False,
         }

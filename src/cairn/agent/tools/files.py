@@ -27,6 +27,7 @@ from cairn.agent.tools.paths import (
     int_arg,
     is_binary,
     opt_str_arg,
+    resolve_readable,
     resolve_tool_path,
     str_arg,
     walk,
@@ -109,19 +110,18 @@ def numbered(number: int, line: str) -> str:
 #: The ``path`` argument of every single-file tool.
 FILE_PATH_PROPERTY: JSONObject = {
     "type": "string",
-    "description": "The file, relative to the workspace (or absolute inside it).",
+    "description": "Relative to the workspace, or absolute.",
 }
 
 
 class ReadFile:
     name = "read_file"
+    # Descriptions are sent with every request: they say what a model needs to
+    # call the tool right, and leave the rest to the results and error messages.
     description = (
-        "Read a text file in the workspace. Lines come numbered like `cat -n` "
-        "(the number, a tab, the line); the numbers are not part of the file. By "
-        f"default up to {DEFAULT_READ_LIMIT} lines from the start; use offset (1-based "
-        "line number) and limit to read a large file in parts. Lines longer than "
-        f"{MAX_LINE_CHARS} characters are cut. Directories and binary files are refused: "
-        "use list_files for folders."
+        "Read a text file (also files Cairn saved in this session's folder). Lines "
+        "come as `number<TAB>text`; the numbers are not in the file. Use offset/limit "
+        "for large files."
     )
     effect: ToolEffect = "read_only"
 
@@ -131,13 +131,10 @@ class ReadFile:
             "type": "object",
             "properties": {
                 "path": FILE_PATH_PROPERTY,
-                "offset": {
-                    "type": "integer",
-                    "description": "The first line to show (1-based). Default 1.",
-                },
+                "offset": {"type": "integer", "description": "First line, 1-based."},
                 "limit": {
                     "type": "integer",
-                    "description": f"How many lines to show. Default {DEFAULT_READ_LIMIT}.",
+                    "description": f"Lines to show (default {DEFAULT_READ_LIMIT}).",
                 },
             },
             "required": ["path"],
@@ -149,7 +146,7 @@ class ReadFile:
             raw = str_arg(args, "path")
             offset = max(1, int_arg(args, "offset", default=1, minimum=0))
             limit = int_arg(args, "limit", default=DEFAULT_READ_LIMIT, minimum=1)
-            path = resolve_tool_path(ctx, raw)
+            path = resolve_readable(ctx, raw)
         except ValueError as exc:
             return error(exc)
         shown = display_path(ctx.workspace, path)
@@ -198,9 +195,8 @@ def _read_lines(path: Path, offset: int, limit: int) -> str:
 class WriteFile:
     name = "write_file"
     description = (
-        "Create a file in the workspace, or replace an existing file's whole "
-        "content. Parent folders are created. The write is atomic. To change part "
-        "of an existing file, prefer edit_file."
+        "Create a file, or replace all of its content (folders are created). To "
+        "change part of a file, use edit_file."
     )
     effect: ToolEffect = "write"
 
@@ -210,7 +206,7 @@ class WriteFile:
             "type": "object",
             "properties": {
                 "path": FILE_PATH_PROPERTY,
-                "content": {"type": "string", "description": "The file's complete new text."},
+                "content": {"type": "string", "description": "The complete new text."},
             },
             "required": ["path", "content"],
             "additionalProperties": False,
@@ -252,11 +248,9 @@ def _count_lines(text: str) -> int:
 class EditFile:
     name = "edit_file"
     description = (
-        "Replace exact text in a file in the workspace. old_string must match the "
-        "file exactly, whitespace and indentation included (copy it from read_file "
-        "output without the line-number prefix), and must occur exactly once — add "
-        "surrounding lines to make it unique — unless replace_all is true, which "
-        "replaces every occurrence. Use write_file to create a file."
+        "Replace old_string with new_string in a file. old_string must match exactly, "
+        "indentation included (without read_file's line numbers), and occur once "
+        "unless replace_all is true."
     )
     effect: ToolEffect = "write"
 
@@ -266,12 +260,9 @@ class EditFile:
             "type": "object",
             "properties": {
                 "path": FILE_PATH_PROPERTY,
-                "old_string": {"type": "string", "description": "The exact text to replace."},
-                "new_string": {"type": "string", "description": "The text to put in its place."},
-                "replace_all": {
-                    "type": "boolean",
-                    "description": "Replace every occurrence, not exactly one. Default false.",
-                },
+                "old_string": {"type": "string"},
+                "new_string": {"type": "string"},
+                "replace_all": {"type": "boolean", "description": "Default false."},
             },
             "required": ["path", "old_string", "new_string"],
             "additionalProperties": False,
@@ -364,12 +355,8 @@ def _snippet(text: str, start: int, inserted: str) -> str:
 class ListFiles:
     name = "list_files"
     description = (
-        "List files and folders in the workspace (folders end with `/`), sorted, "
-        "paths relative to the workspace. Without a pattern: the direct entries of "
-        "`path`. With a glob pattern, relative to `path`: every match, e.g. "
-        "`**/*.py` (any depth), `src/*.ts`, `**/test_*.{py,pyi}`. "
-        f"{', '.join(sorted(SKIPPED_DIRS))} are never entered. "
-        f"At most {MAX_LIST_ENTRIES} entries."
+        "List a folder's entries (folders end with `/`), or with `pattern` every path "
+        f"under it matching a glob. Skips {', '.join(sorted(SKIPPED_DIRS))}."
     )
     effect: ToolEffect = "read_only"
 
@@ -378,14 +365,8 @@ class ListFiles:
         return {
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "The folder to list, relative to the workspace. Default `.`.",
-                },
-                "pattern": {
-                    "type": "string",
-                    "description": "A glob relative to path, e.g. `**/*.py`.",
-                },
+                "path": {"type": "string", "description": "Folder (default `.`)."},
+                "pattern": {"type": "string", "description": "E.g. `**/*.py`."},
             },
             "additionalProperties": False,
         }
@@ -394,7 +375,7 @@ class ListFiles:
         try:
             raw = str_arg(args, "path", default=".")
             pattern = opt_str_arg(args, "pattern")
-            root = resolve_tool_path(ctx, raw or ".")
+            root = resolve_readable(ctx, raw or ".")
         except ValueError as exc:
             return error(exc)
         shown = display_path(ctx.workspace, root)

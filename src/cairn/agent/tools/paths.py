@@ -4,9 +4,12 @@ Every path a tool touches goes through ``resolve_in_workspace``: relative
 paths are taken relative to the workspace, symlinks are resolved, and the
 result must lie inside the resolved workspace. ``../x``, an absolute path
 elsewhere and a symlink inside the workspace that points outside are all
-refused the same way. The one exception is the plan file while plan mode is
-on (``resolve_tool_path``): it lives in the session folder, outside the
-workspace, and plan mode exists to write it.
+refused the same way. Two exceptions, both in the session's folder (outside
+the workspace): the plan file while plan mode is on (``resolve_tool_path``),
+because plan mode exists to write it; and, for read-only tools only, any
+file inside that folder (``resolve_readable``), because the host saves there
+what the model is told to read back — full tool outputs, oversized user
+messages, background task logs.
 
 The argument readers turn the model's JSON into typed values and raise
 ``ToolArgumentError`` (a ``ValueError``) with a message meant for the model.
@@ -104,6 +107,35 @@ def resolve_tool_path(ctx: ToolContext, raw: str) -> Path:
         assert plan_file is not None
         return plan_file
     return resolve_in_workspace(ctx.workspace, raw)
+
+
+def resolve_readable(ctx: ToolContext, raw: str) -> Path:
+    """``resolve_tool_path``, or a path inside the session's folder: for read-only tools.
+
+    Symlinks are resolved first, so the result must really lie inside the
+    resolved session folder: ``<session>/../x`` and a link pointing out are
+    refused like any path outside the workspace.
+    """
+    try:
+        return resolve_tool_path(ctx, raw)
+    except PathOutsideWorkspaceError:
+        session = ctx.session_dir.resolve()
+        resolved = _absolute(ctx.workspace.resolve(), raw).resolve()
+        if resolved == session or resolved.is_relative_to(session):
+            return resolved
+        raise PathOutsideWorkspaceError(
+            f"the path {raw!r} is outside the workspace {ctx.workspace.resolve()} and this "
+            f"session's folder {session}; read-only tools may read only inside those"
+        ) from None
+
+
+def confining_root(ctx: ToolContext, path: Path) -> Path:
+    """The resolved folder that ``path`` (already resolved) was allowed in: session or workspace."""
+    session = ctx.session_dir.resolve()
+    workspace = ctx.workspace.resolve()
+    if not path.is_relative_to(workspace) and path.is_relative_to(session):
+        return session
+    return workspace
 
 
 def _absolute(root: Path, raw: str) -> Path:

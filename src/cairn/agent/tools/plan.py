@@ -28,9 +28,8 @@ def plan_file_for(ctx: ToolContext) -> Path:
 class EnterPlanMode:
     name = "enter_plan_mode"
     description = (
-        "Enter plan mode before a large or unclear change: explore the code read-only "
-        "and write a plan for the user to approve, instead of changing anything. "
-        "Returns the rules and the plan file to write."
+        "Before a large or unclear change: explore read-only and write a plan for "
+        "the user to approve."
     )
     effect: ToolEffect = "read_only"
 
@@ -55,11 +54,7 @@ class EnterPlanMode:
 
 class ExitPlanMode:
     name = "exit_plan_mode"
-    description = (
-        "Leave plan mode and present the plan to the user: `plan` is the complete "
-        "plan in Markdown (if omitted, the plan file's content is used). It is saved "
-        "to the plan file. Then wait for the user to approve before implementing."
-    )
+    description = "Leave plan mode and present the plan; then wait for the user's approval."
     effect: ToolEffect = "read_only"
 
     @property
@@ -67,7 +62,10 @@ class ExitPlanMode:
         return {
             "type": "object",
             "properties": {
-                "plan": {"type": "string", "description": "The complete plan, in Markdown."}
+                "plan": {
+                    "type": "string",
+                    "description": "The whole plan, in Markdown (default: the plan file).",
+                }
             },
             "additionalProperties": False,
         }

@@ -1,8 +1,9 @@
 """The grep tool: a Python regular expression over the workspace's text files.
 
 It walks like list_files (never into ``SKIPPED_DIRS``), skips binary files
-and files whose real location is outside the workspace (a symlink pointing
-out), and stops at ``MAX_MATCHES`` matches.
+and files whose real location is outside the folder searched in — the
+workspace, or the session's folder (a symlink pointing out) — and stops at
+``MAX_MATCHES`` matches.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from pathlib import Path
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.files import error
 from cairn.agent.tools.paths import (
-    SKIPPED_DIRS,
     bool_arg,
+    confining_root,
     display_path,
     glob_regex,
     is_binary,
     opt_str_arg,
-    resolve_tool_path,
+    resolve_readable,
     str_arg,
     walk,
 )
@@ -36,12 +37,8 @@ MAX_MATCH_LINE_CHARS = 500
 class Grep:
     name = "grep"
     description = (
-        "Search file contents with a Python regular expression (re.search on each "
-        "line). Prints `file:line: text` for every matching line, files relative to "
-        "the workspace. `path` is a folder (searched recursively) or a file; `glob` "
-        "keeps only files whose name matches (`*.py`) or, when it holds a `/`, whose "
-        "path relative to `path` matches (`src/**/*.ts`). Binary files and "
-        f"{', '.join(sorted(SKIPPED_DIRS))} are skipped. At most {MAX_MATCHES} matches."
+        "Search files for a Python regex, line by line; prints `file:line: text`. "
+        "`path` is a folder (recursive) or a file."
     )
     effect: ToolEffect = "read_only"
 
@@ -50,23 +47,14 @@ class Grep:
         return {
             "type": "object",
             "properties": {
-                "pattern": {
-                    "type": "string",
-                    "description": "A Python regular expression, e.g. `def \\w+_tool\\(`.",
-                },
-                "path": {
-                    "type": "string",
-                    "description": "The folder or file to search, relative to the workspace. "
-                    "Default `.`.",
-                },
+                "pattern": {"type": "string"},
+                "path": {"type": "string", "description": "Default `.`."},
                 "glob": {
                     "type": "string",
-                    "description": "Only search files matching this glob, e.g. `*.py`.",
+                    "description": "Only files whose name (`*.py`) or path (`src/**/*.ts`) "
+                    "matches.",
                 },
-                "ignore_case": {
-                    "type": "boolean",
-                    "description": "Match case-insensitively. Default false.",
-                },
+                "ignore_case": {"type": "boolean"},
             },
             "required": ["pattern"],
             "additionalProperties": False,
@@ -78,7 +66,7 @@ class Grep:
             raw = str_arg(args, "path", default=".")
             glob = opt_str_arg(args, "glob")
             ignore_case = bool_arg(args, "ignore_case")
-            target = resolve_tool_path(ctx, raw or ".")
+            target = resolve_readable(ctx, raw or ".")
         except ValueError as exc:
             return error(exc)
         try:
@@ -88,7 +76,8 @@ class Grep:
         shown = display_path(ctx.workspace, target)
         if not target.exists():
             return error(f"{shown} does not exist")
-        matches, more = await asyncio.to_thread(_grep, ctx.workspace, target, regex, glob)
+        root = confining_root(ctx, target)
+        matches, more = await asyncio.to_thread(_grep, ctx.workspace, root, target, regex, glob)
         if not matches:
             among = f" among files matching {glob!r}" if glob else ""
             return ToolResult(f"No matches for {pattern!r} in {shown}{among}")
@@ -102,11 +91,11 @@ class Grep:
 
 
 def _grep(
-    workspace: Path, target: Path, regex: re.Pattern[str], glob: str | None
+    workspace: Path, root: Path, target: Path, regex: re.Pattern[str], glob: str | None
 ) -> tuple[list[str], bool]:
     """The matching lines, and whether the search stopped at ``MAX_MATCHES``."""
     matches: list[str] = []
-    for path in _files(workspace, target, glob):
+    for path in _files(root, target, glob):
         shown = display_path(workspace, path)
         try:
             if is_binary(path):
@@ -126,12 +115,11 @@ def _grep(
     return matches, False
 
 
-def _files(workspace: Path, target: Path, glob: str | None) -> Iterator[Path]:
-    """The regular files to search, sorted, each really inside the workspace."""
+def _files(root: Path, target: Path, glob: str | None) -> Iterator[Path]:
+    """The regular files to search, sorted, each really inside ``root`` (resolved)."""
     if target.is_file():
         yield target
         return
-    root = workspace.resolve()
     name_only = glob is not None and "/" not in glob
     regex = glob_regex(glob.removeprefix("./")) if glob is not None else None
     relatives = sorted(relative for relative, is_dir in walk(target) if not is_dir)

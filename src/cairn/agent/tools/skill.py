@@ -38,20 +38,15 @@ class SkillTool:
     def description(self) -> str:
         names = ", ".join(self._catalog.names()) or "none"
         return (
-            "Load a skill: its instructions for a particular kind of task, with the "
-            "folder its scripts and resources live in. Call it with the skill's name "
-            "when a task matches a skill's description (listed in the system prompt), "
-            "before doing the task, then follow the instructions it returns. "
-            f"Available skills: {names}."
+            "Load a skill's instructions before a task that matches its description "
+            f"(see the system prompt), then follow them. Available skills: {names}."
         )
 
     @property
     def parameters(self) -> JSONObject:
         return {
             "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "The skill's name, e.g. pdf-tools."}
-            },
+            "properties": {"name": {"type": "string"}},
             "required": ["name"],
             "additionalProperties": False,
         }

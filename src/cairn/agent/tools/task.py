@@ -35,15 +35,14 @@ class TaskTool:
 
     name = "task"
     description = (
-        "Start a subagent with a fresh context to do one self-contained task (research, "
-        "a focused change, a long command). By default it runs in the background: you get "
-        "a task id at once and read its report later with task_output."
+        "Start a subagent with a fresh context for one self-contained task. It runs "
+        "in the background by default; read its report with task_output."
     )
     parameters: JSONObject = {  # noqa: RUF012 - a read-only schema
         "type": "object",
         "properties": {
-            "description": {"type": "string", "description": "a few words: what the task is"},
-            "prompt": {"type": "string", "description": "everything the subagent needs to know"},
+            "description": {"type": "string", "description": "A few words."},
+            "prompt": {"type": "string", "description": "All the subagent needs to know."},
             "run_in_background": {"type": "boolean", "default": True},
         },
         "required": ["description", "prompt"],
@@ -95,6 +94,7 @@ class TaskTool:
         pipeline = ContextPipeline(
             store,
             session.pipeline.config,
+            model=session.model,
             workspace=session.workspace,
             tool_effects=registry.effects(),
             summarizer=LLMSummarizer(self._runtime.provider, session.model),
@@ -124,7 +124,7 @@ class TaskOutputTool:
     """Reads a background subagent's report (or says it is still running)."""
 
     name = "task_output"
-    description = "Read the report of a background task started with the task tool."
+    description = "Read the report of a task started with the task tool."
     parameters: JSONObject = {  # noqa: RUF012 - a read-only schema
         "type": "object",
         "properties": {"task_id": {"type": "string"}},

@@ -19,10 +19,8 @@ _MARKS = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
 class TodoWrite:
     name = "todo_write"
     description = (
-        "Replace the session's todo list with `todos` (the whole list, every time). "
-        "Use it for work with several steps: write the steps as pending, mark one "
-        "in_progress when you start it and completed as soon as it is done, and add "
-        "steps you discover. An empty list clears it."
+        "Replace the todo list (send the whole list). For multi-step work: one step "
+        "in_progress at a time, completed as soon as it is done."
     )
     effect: ToolEffect = "read_only"
 
@@ -36,7 +34,7 @@ class TodoWrite:
                     "items": {
                         "type": "object",
                         "properties": {
-                            "content": {"type": "string", "description": "The step."},
+                            "content": {"type": "string"},
                             "status": {"type": "string", "enum": list(TODO_STATUSES)},
                         },
                         "required": ["content", "status"],
