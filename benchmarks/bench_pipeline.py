@@ -60,6 +60,7 @@ from cairn.context.effects import ToolEffects
 from cairn.context.fallback import FallbackPlan, plan_fallback
 from cairn.context.tracker import ContextTokenTracker, FixedContext
 from cairn.messages import Message, MessageMeta, ToolCall, Usage, message_to_dict, new_id
+from cairn.provider import ModelConfig
 from cairn.tokens import estimate_message_tokens
 
 SIZES: tuple[int, ...] = (256, 1_024, 4_096)
@@ -252,14 +253,15 @@ def best_seconds(fn: Callable[[], object], repeat: int) -> float:
 
 
 def measure_projection(repeat: int, fixed_tokens: int) -> dict[str, Any]:
-    config = CompactionConfig(context_window=WINDOW)
+    config = CompactionConfig()
+    model = ModelConfig(model="bench", context_window=WINDOW)
     anchored: dict[str, float] = {}
     full: dict[str, float] = {}
     tokens: dict[str, dict[str, int | None]] = {}
     sizes: dict[str, int] = {}
     for n in SIZES:
         messages, anchor = build_request(n, fixed_tokens)
-        tracker = ContextTokenTracker(config)
+        tracker = ContextTokenTracker(config, model)
         tracker.observe(messages[: anchor + 1], fixed_tokens, revision=0)
         snap_a = tracker.project(messages, fixed_tokens, 0)
         snap_f = tracker.project(messages, fixed_tokens, 1)

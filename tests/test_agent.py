@@ -78,7 +78,7 @@ def runtime(
     workspace: Path, server: OpenAIServer, tmp_path: Path, *, window: int = 16_384
 ) -> Runtime:
     model = ModelConfig(model="test-model", base_url=server.base_url, context_window=window)
-    settings = Settings(compaction=CompactionConfig(context_window=window))
+    settings = Settings(compaction=CompactionConfig())
     return Runtime(
         workspace,
         model,
@@ -160,6 +160,14 @@ def held(server: OpenAIServer, predicate: Callable[[dict[str, Any]], bool]) -> t
     return gate
 
 
+def warm_up(session: Session, server: OpenAIServer, turns: int = 4) -> None:
+    """Earlier exchanges, so that a compaction has history to summarize and shrink."""
+    answer = "calc.py defines add(), which subtracts where it should add. " * 20
+    server.respond_with(lambda body: Reply(text=SUMMARY if is_fork(body) else answer))
+    for n in range(turns):
+        asyncio.run(run_turn(session, f"question {n} about calc.py"))
+
+
 async def wait_requests(server: OpenAIServer, count: int) -> None:
     for _ in range(500):
         if len(server.requests) >= count:
@@ -171,13 +179,14 @@ async def wait_requests(server: OpenAIServer, count: int) -> None:
 def test_manual_compact_while_idle_streaming_and_twice(
     workspace: Path, tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
-    gate = held(openai_server, lambda body: not is_fork(body))
     session = runtime(workspace, openai_server, tmp_path).new_session()
+    warm_up(session, openai_server)
+    gate = held(openai_server, lambda body: not is_fork(body))
     rt = session.runtime
 
     async def scenario() -> list[str]:
         turn = asyncio.create_task(run_turn(session, "explain calc.py"))
-        await wait_requests(openai_server, 1)
+        await wait_requests(openai_server, len(openai_server.requests) + 1)
         before = session.path.read_bytes()
         during = await run_command(rt, "/compact", "")
         assert session.path.read_bytes() == before  # ignored: nothing changed
@@ -206,14 +215,14 @@ def test_switching_sessions_during_a_held_compaction_writes_nothing(
     openai_server.respond_with(lambda body: Reply(text="ok"))
     asyncio.run(run_turn(other, "first session"))
     session = rt.new_session()
-    asyncio.run(run_turn(session, "second session"))
+    warm_up(session, openai_server)
     gate = held(openai_server, is_fork)
     files = {p: p.read_bytes() for p in (other.path, session.path)}
     statuses: list[Event] = record(session)
 
     async def scenario() -> None:
         compaction = asyncio.create_task(run_command(rt, "/compact", ""))
-        await wait_requests(openai_server, 3)
+        await wait_requests(openai_server, len(openai_server.requests) + 1)
         await run_command(rt, *(("/clear", "") if how == "/clear" else ("/resume", other.id)))
         gate.set()
         await compaction
@@ -290,13 +299,14 @@ def test_background_task_status_survives_compaction(
         system = body["messages"][0]["content"]
         if "subagent" in system:
             return Reply(text="The tests live in check.py; add() is wrong.")
-        if len(body["messages"]) == 2:
+        if body["messages"][-1]["content"] == "survey the project in the background":
             return call("task", description="survey the tests", prompt="Where are the tests?")
         return Reply(text="Started the survey.")
 
-    openai_server.respond_with(responder)
     rt = runtime(workspace, openai_server, tmp_path)
     session = rt.new_session()
+    warm_up(session, openai_server)
+    openai_server.respond_with(responder)
 
     async def scenario() -> None:
         await run_turn(session, "survey the project in the background")

@@ -21,7 +21,11 @@ from cairn.agent.hooks import HookRunner
 from cairn.agent.settings import HooksSettings
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.hooks import CompactionBlockedError
-from cairn.context.pipeline import CompactionFailedError, ContextWindowExceededError
+from cairn.context.pipeline import (
+    CompactionFailedError,
+    ContextWindowExceededError,
+    RequestTooLargeError,
+)
 from cairn.context.restore import BackgroundTask, FileRead, InvokedSkill, PlanState
 from cairn.context.summarize import TOOL_REJECTION, LLMSummarizer
 from cairn.messages import (
@@ -125,7 +129,12 @@ class Source:
 
 
 def model(server: OpenAIServer) -> ModelConfig:
-    return ModelConfig(model="test-model", base_url=server.base_url, params={"temperature": 0.2})
+    return ModelConfig(
+        model="test-model",
+        base_url=server.base_url,
+        context_window=32_768,
+        params={"temperature": 0.2},
+    )
 
 
 def make(
@@ -141,7 +150,8 @@ def make(
     provider = OpenAIProvider(model(server))
     pipeline = ContextPipeline.open(
         tmp_path / "ws",
-        CompactionConfig.model_validate({"context_window": 32_768, **config}),
+        CompactionConfig.model_validate(config),
+        model=model(server),
         session_id="s1",
         home=tmp_path / "home",
         tool_effects={"read_file": "read_only"},
@@ -155,19 +165,20 @@ def make(
     return pipeline
 
 
-def conversation(p: ContextPipeline, rounds: int = 3) -> None:
+def conversation(p: ContextPipeline, rounds: int = 3, start: int = 0) -> None:
     p.add(user("The CSV export drops rows with unicode names. Fix it; keep the public API."))
-    for i in range(rounds):
+    for i in range(start, start + rounds):
         call = ToolCall(f"call_{i}", "read_file", f'{{"path": "src/m{i}.py"}}')
         p.add(assistant(f"Reading module {i}.", [call], usage=Usage(1_000 + i, 20, 1_020 + i)))
         p.add(tool_result(call.id, f"def f{i}(row):\n    return row['name']\n" * 30))
 
 
-def grow(p: ContextPipeline) -> None:
-    """A tool result that takes the context over the compaction line."""
+def grow(p: ContextPipeline, lines: int = 6_000) -> None:
+    """A tool result that takes the context over the compaction line (and, by
+    default, over the input budget)."""
     call = ToolCall(f"call_big_{len(p.messages)}", "bash", '{"command": "cat build.log"}')
     p.add(assistant(None, [call]))
-    p.add(tool_result(call.id, "compiling module\n" * 6_000))
+    p.add(tool_result(call.id, "compiling module\n" * lines))
 
 
 def transcript_bytes(p: ContextPipeline) -> bytes:
@@ -503,10 +514,19 @@ def test_a_block_decision_stops_the_compaction_and_keeps_the_context(
     assert transcript_bytes(p) == before
     assert openai_server.requests == []
     # An automatic compaction is skipped with a warning instead.
-    grow(p)
+    while (p.project(FIXED).tokens or 0) < 0.8 * 24_576 + 500:
+        prompt = p.project(FIXED).tokens or 0
+        p.add(assistant("the build links slowly " * 120, usage=Usage(prompt, 600, prompt + 600)))
+        p.add(user("go on"))
     result = run(p.check_and_compact(FIXED))
     assert result.compaction is None
     assert any("release freeze" in w for w in result.warnings)
+    # Over the budget, the request is refused rather than sent; nothing changes.
+    grow(p, lines=1_500)
+    before = transcript_bytes(p)
+    with pytest.raises(RequestTooLargeError, match=r"release freeze.*not sent"):
+        run(p.check_and_compact(FIXED))
+    assert transcript_bytes(p) == before
 
 
 # ---------------------------------------------------------------------------
@@ -524,7 +544,7 @@ def test_restoration_follows_the_block_and_plan_mode_is_reinjected_in_full(
     source = Source(workspace, PlanState(plan))
     source.reads.append(FileRead(workspace / "src" / "export.py", "s1", workspace, 1.0))
     p = make(tmp_path, openai_server, source=source)
-    conversation(p)
+    conversation(p, rounds=10)
     openai_server.script(Reply(text=SUMMARY))
     run(p.compact(FIXED))
     kinds = [m.meta.kind for m in p.messages]
@@ -540,6 +560,7 @@ def test_restoration_follows_the_block_and_plan_mode_is_reinjected_in_full(
     )
     # Outside plan mode no reminder is injected.
     source.plan = None
+    conversation(p, rounds=10, start=10)
     openai_server.script(Reply(text=SUMMARY))
     run(p.compact(FIXED))
     assert all(m.meta.kind != KIND_PLAN_REMINDER for m in p.messages)

@@ -24,6 +24,7 @@ from cairn.context import (
     SummaryRequest,
 )
 from cairn.context.budget import handoff_line
+from cairn.context.pipeline import RequestTooLargeError
 from cairn.context.snip import is_elided
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
@@ -37,6 +38,7 @@ from cairn.messages import (
     tool_result,
     user,
 )
+from cairn.provider import ModelConfig
 from cairn.store import ContextEditRecord, HandoffRecord, read_transcript
 from cairn.tokens import estimate_message_tokens
 
@@ -85,12 +87,14 @@ def make(
     clock: Clock | None = None,
     *,
     summarizer: Summarizer | None = None,
+    context_window: int | None = WINDOW,
     **config: object,
 ) -> ContextPipeline:
-    settings = CompactionConfig.model_validate({"context_window": WINDOW, **config})
+    settings = CompactionConfig.model_validate(config)
     return ContextPipeline.open(
         tmp_path / "ws",
         settings,
+        model=ModelConfig(model="m", context_window=context_window),
         session_id="s1",
         home=tmp_path / "home",
         tool_effects=EFFECTS,
@@ -111,6 +115,15 @@ def tool_turn(p: ContextPipeline, name: str, result: str, path: str = "a.py") ->
     call = ToolCall(f"call_{len(p.messages)}", name, f'{{"path": "{path}"}}')
     p.add(assistant(None, [call], usage=None))
     p.add(tool_result(call.id, result))
+
+
+def converse(p: ContextPipeline, rounds: int = 12, fixed: FixedContext | None = None) -> None:
+    """Ordinary exchanges with history enough to compact (well below the handoff line
+    with the default fixed context)."""
+    for n in range(rounds):
+        p.add(user(f"step {n}: look at module {n} and explain what it does " * 6))
+        answer = f"module {n} parses the config and validates each key " * 50
+        respond(p, (p.project(fixed or FIXED).tokens or 0) + len(answer) // 4, answer)
 
 
 def transcript_api(p: ContextPipeline) -> list[Message]:
@@ -195,14 +208,19 @@ def test_fork_requests_skip_the_check(tmp_path: Path) -> None:
     assert p.messages[0].text == "x" * 200_000
 
 
+#: A fixed context (system prompt and tools) that takes most of the budget: no
+#: compaction can bring a request under the compaction line.
+HEAVY = FixedContext((system("fixed " * 12_500),))
+
+
 def test_no_second_compaction_on_the_same_loop_before_a_response(tmp_path: Path) -> None:
     p = make(tmp_path)
-    # A mandatory checkpoint bigger than any target: the user's own words.
-    p.add(user("constraint: " + "keep this exact text. " * 5_000))
-    first = run(p.check_and_compact(FIXED))
+    converse(p, rounds=6, fixed=HEAVY)
+    p.add(user("and now the exporter"))
+    first = run(p.check_and_compact(HEAVY))
     assert first.compaction is not None
-    assert first.after.phase == "compaction_due"  # the raised target could not go lower
-    second = run(p.check_and_compact(FIXED))
+    assert first.after.phase == "compaction_due"  # the fixed context keeps it over the line
+    second = run(p.check_and_compact(HEAVY))
     assert second.compaction is None
     assert any("not compacting again" in w for w in second.warnings)
 
@@ -212,17 +230,24 @@ def test_a_compaction_that_cannot_get_under_the_line_is_not_repeated_until_growt
 ) -> None:
     """No compaction loop: the same mandatory content would land in the same place."""
     p = make(tmp_path)
-    p.add(user("constraint: " + "keep this exact text. " * 5_000))
-    first = run(p.check_and_compact(FIXED))
+    converse(p, rounds=6, fixed=HEAVY)
+    p.add(user("and now the exporter"))
+    first = run(p.check_and_compact(HEAVY))
     assert first.compaction is not None
     respond(p, first.after.tokens or 0)  # the provider confirms: still over the line
     p.add(user("next"))
-    again = run(p.check_and_compact(FIXED))
+    again = run(p.check_and_compact(HEAVY))
     assert again.compaction is None
     assert any("could not get under the compaction line" in w for w in again.warnings)
     # Once the context has grown by a tenth of the budget, compacting can help again.
-    p.add(user("a new requirement " * 700))
-    assert run(p.check_and_compact(FIXED)).compaction is not None
+    floor = first.after.tokens or 0
+    n = 0
+    while (p.project(HEAVY).tokens or 0) < floor + 0.1 * BUDGET:
+        p.add(user(f"requirement {n}: " + "the exporter keeps every row " * 10))
+        respond(p, (p.project(HEAVY).tokens or 0) + 10, "noted")
+        n += 1
+    assert (p.project(HEAVY).tokens or 0) <= BUDGET
+    assert run(p.check_and_compact(HEAVY)).compaction is not None
 
 
 def test_after_compaction_the_estimate_counts_only_the_context_after_the_boundary(
@@ -372,6 +397,18 @@ def grow(p: ContextPipeline) -> None:
     tool_turn(p, "bash", "noise\n" * 14_000)
 
 
+def due_and_anchored(p: ContextPipeline) -> None:
+    """Over the compaction line by the provider's own count; only the newest result is
+    still an estimate, so the request may go out if compaction is skipped."""
+    p.add(user("task"))
+    n = 0
+    while (p.project(FIXED).tokens or 0) < COMPACT_LINE + 800:
+        answer = f"finding {n}: the build spends its time linking the modules " * 60
+        respond(p, (p.project(FIXED).tokens or 0) + len(answer) // 4, answer)
+        p.add(user(f"and what about step {n}?"))
+        n += 1
+
+
 def test_failures_fall_back_and_the_breaker_stops_asking_after_three(tmp_path: Path) -> None:
     summarizer = FailingSummarizer()
     p = make(tmp_path, summarizer=summarizer)
@@ -391,8 +428,7 @@ def test_on_failure_skip_skips_the_fourth_compaction_with_a_warning(tmp_path: Pa
     """Seed 004 breaker: 3 consecutive failures, then the next high-token turn skips."""
     summarizer = FailingSummarizer()
     p = make(tmp_path, on_failure="skip", summarizer=summarizer)
-    p.add(user("task"))
-    grow(p)
+    due_and_anchored(p)
     for attempt in range(1, 4):
         result = run(p.check_and_compact(FIXED))
         assert result.compaction is None
@@ -416,17 +452,21 @@ def test_a_success_resets_the_failure_count(tmp_path: Path) -> None:
 
     summarizer = FlakySummarizer()
     p = make(tmp_path, on_failure="skip", summarizer=summarizer)
-    p.add(user("task"))
-    grow(p)
+    due_and_anchored(p)
     compacted = [run(p.check_and_compact(FIXED)).compaction is not None for _ in range(3)]
     assert compacted == [False, False, True]  # failed, failed, succeeded
     respond(p, p.project(FIXED).tokens or 0)
+    refused = 0
     for _ in range(3):
         grow(p)
-        run(p.check_and_compact(FIXED))
+        try:
+            run(p.check_and_compact(FIXED))
+        except RequestTooLargeError:
+            refused += 1  # skipped, and over the budget: the turn fails, nothing is sent
     # Two more failures did not open the breaker: the count restarted at the success.
     assert summarizer.calls == 6
     assert p.epoch == 2
+    assert refused == 2
 
 
 # ---------------------------------------------------------------------------
@@ -435,18 +475,42 @@ def test_a_success_resets_the_failure_count(tmp_path: Path) -> None:
 
 def test_manual_compact_runs_whatever_the_token_count(tmp_path: Path) -> None:
     p = make(tmp_path)
-    p.add(user("small task"))
-    respond(p, 500)
+    converse(p)
+    assert p.project(FIXED).phase == "below_handoff"
     outcome = run(p.compact(FIXED))
     assert outcome is not None and outcome.trigger == "manual"
     assert p.messages[0].meta.kind == KIND_COMPACT_SUMMARY
+    assert outcome.post_tokens < outcome.pre_tokens
+
+
+def test_a_manual_compact_with_nothing_to_compact_says_so_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Regression: one exchange was 'compacted' into a bigger context and committed."""
+    p = make(tmp_path)
+    p.add(user("small task"))
+    respond(p, 500)
+    before = list(p.messages)
+    with pytest.raises(CompactionFailedError, match="nothing to compact"):
+        run(p.compact(FIXED))
+    assert list(p.messages) == before and p.epoch == 0
+    ui = read_transcript(p._store.path).ui()  # type: ignore[attr-defined]
+    assert ui[-1].meta.kind == "error" and "nothing to compact" in ui[-1].text
+
+
+def test_a_manual_compact_without_a_known_window_works(tmp_path: Path) -> None:
+    """Regression: with no window every summary failed its own 'half the window (0)' gate."""
+    p = make(tmp_path, context_window=None)
+    converse(p)
+    outcome = run(p.compact(FIXED))
+    assert outcome is not None and outcome.post_tokens < outcome.pre_tokens
 
 
 def test_a_failed_manual_compact_writes_an_error_block_and_keeps_the_context(
     tmp_path: Path,
 ) -> None:
     p = make(tmp_path, summarizer=FailingSummarizer())
-    p.add(user("task"))
+    converse(p)
     before = list(p.messages)
     with pytest.raises(CompactionFailedError, match="no text after 3 rounds"):
         run(p.compact(FIXED))
@@ -459,7 +523,7 @@ def test_a_failed_manual_compact_writes_an_error_block_and_keeps_the_context(
 def test_a_second_compact_while_one_runs_is_skipped(tmp_path: Path) -> None:
     summarizer = GatedSummarizer()
     p = make(tmp_path, summarizer=summarizer)
-    p.add(user("task"))
+    converse(p)
 
     async def scenario() -> tuple[object, object]:
         first = asyncio.create_task(p.compact(FIXED))
@@ -477,8 +541,7 @@ def test_a_second_compact_while_one_runs_is_skipped(tmp_path: Path) -> None:
 def test_manual_compact_resets_an_open_breaker(tmp_path: Path) -> None:
     summarizer = FailingSummarizer()
     p = make(tmp_path, on_failure="skip", summarizer=summarizer)
-    p.add(user("task"))
-    grow(p)
+    due_and_anchored(p)
     for _ in range(4):
         run(p.check_and_compact(FIXED))
     assert summarizer.calls == 3

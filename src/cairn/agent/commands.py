@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cairn.agent.session import Runtime
+from cairn.context.budget import output_reserve
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import CompactionFailedError
 
@@ -82,13 +83,19 @@ def _resume(runtime: Runtime, session_id: str | None) -> CommandOutcome:
 def _status(runtime: Runtime) -> CommandOutcome:
     session = runtime.current
     snapshot = session.pipeline.project(session.fixed_context())
-    window = session.pipeline.config.context_window
+    window = session.model.context_window
     tokens = f"{snapshot.tokens:,}" if snapshot.tokens is not None else "unknown"
     budget = f" of {snapshot.input_budget:,}" if snapshot.input_budget else ""
+    reserve = (
+        f"reserve      {output_reserve(window, session.model.max_output_tokens):,}"
+        if window
+        else "reserve      unknown"
+    )
     lines = [
         f"session      {session.id}",
         f"model        {session.model.model}",
         f"window       {window:,}" if window else "window       unknown",
+        reserve,
         f"tokens       {tokens}{budget} ({snapshot.source})",
         f"phase        {snapshot.phase}",
         f"compactions  {session.pipeline.epoch}",

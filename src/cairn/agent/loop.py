@@ -22,7 +22,11 @@ from cairn.agent.events import (
 )
 from cairn.agent.session import Session
 from cairn.context.hooks import CompactionBlockedError
-from cairn.context.pipeline import CheckpointFailedError, ContextWindowExceededError
+from cairn.context.pipeline import (
+    CheckpointFailedError,
+    ContextWindowExceededError,
+    RequestTooLargeError,
+)
 from cairn.context.tracker import FixedContext
 from cairn.messages import Message, ToolCall, group_rounds, new_id, tool_result, user
 from cairn.provider import (
@@ -113,6 +117,10 @@ async def _request(session: Session) -> Message:
         check = await session.pipeline.check_and_compact(fixed)
     except CheckpointFailedError as exc:
         raise TurnError(f"the context could not be saved: {exc}", "checkpoint") from exc
+    except RequestTooLargeError as exc:
+        # Never sent: the user learns the sizes and what to do; the transcript is whole.
+        session.events.publish(ErrorEvent(str(exc), exc.code))
+        raise TurnError(str(exc), exc.code) from exc
     for warning in check.warnings:
         session.events.publish(Notice(warning))
     for attempt in range(2):
@@ -126,6 +134,9 @@ async def _request(session: Session) -> Message:
             except (ContextWindowExceededError, CompactionBlockedError) as exc:
                 session.events.publish(ErrorEvent(str(exc), "invalid_request"))
                 raise TurnError(str(exc), "invalid_request") from exc
+            except RequestTooLargeError as exc:
+                session.events.publish(ErrorEvent(str(exc), exc.code))
+                raise TurnError(str(exc), exc.code) from exc
         except ProviderError as error:
             session.events.publish(ErrorEvent(str(error), error.code))
             raise TurnError(str(error), error.code) from error

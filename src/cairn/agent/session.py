@@ -87,12 +87,8 @@ class Session:
         self.state.on_change = self._persist_state
         self.pipeline = ContextPipeline(
             store,
-            runtime.settings.compaction.model_copy(
-                update={
-                    "context_window": self.model.context_window
-                    or runtime.settings.compaction.context_window
-                }
-            ),
+            runtime.settings.compaction,
+            model=self.model,
             workspace=self.workspace,
             tool_effects=self.tools.effects(),
             summarizer=LLMSummarizer(runtime.provider, self.model),
@@ -251,17 +247,3 @@ class Runtime:
             self._current.close()
         self._current = session
         session.set_status("idle")
-
-
-def model_config_for(settings: Settings, base: ModelConfig | None) -> ModelConfig | None:
-    """The model from settings, overridden by the environment's (``base``) fields."""
-    entry = settings.model
-    if entry is None:
-        return base
-    return ModelConfig(
-        model=(base.model if base else None) or entry.model or "",
-        base_url=(base.base_url if base else None) or entry.base_url,
-        api_key_env=entry.api_key_env or (base.api_key_env if base else "OPENAI_API_KEY"),
-        context_window=(base.context_window if base else None) or entry.context_window,
-        max_output_tokens=(base.max_output_tokens if base else None) or entry.max_output_tokens,
-    )

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cairn.context.config import CompactionConfig
 from cairn.context.hooks import SessionStartSource
+from cairn.provider.config import ModelEntry
 from cairn.store.paths import cairn_home
 from cairn.store.records import Trigger
 
@@ -176,19 +177,6 @@ class HooksSettings(BaseModel):
         return tuple(selected)
 
 
-class ModelSettings(BaseModel):
-    """The model entry: which OpenAI-compatible endpoint and model to talk to."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    base_url: str | None = None
-    #: Name of the environment variable that holds the API key (never the key itself).
-    api_key_env: str | None = None
-    model: str | None = None
-    context_window: int | None = Field(default=None, ge=1_024)
-    max_output_tokens: int | None = Field(default=None, ge=1)
-
-
 class Settings(BaseModel):
     """The whole of ``settings.json``; every section is optional."""
 
@@ -196,7 +184,8 @@ class Settings(BaseModel):
 
     hooks: HooksSettings = Field(default_factory=HooksSettings)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
-    model: ModelSettings | None = None
+    #: The settings layer of the one model configuration (``cairn.provider.ModelEntry``).
+    model: ModelEntry | None = None
 
 
 def user_settings_path(home: Path | None = None) -> Path:

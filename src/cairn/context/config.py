@@ -1,4 +1,8 @@
-"""The pipeline's settings: the model's window and the compaction policy.
+"""The pipeline's settings: the compaction policy.
+
+The model's window and output cap are not here: they belong to the one
+model configuration (``cairn.provider.ModelConfig``), from which the
+pipeline derives its input budget.
 
 Validated with pydantic so that a bad value is an error naming the key and
 the allowed range, whether it comes from code or from ``settings.json``.
@@ -18,11 +22,6 @@ class CompactionConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: The model's context window in tokens; ``None`` when unknown (then only
-    #: micro compact and snip run — no handoff, no compaction).
-    context_window: int | None = Field(default=None, ge=1_024)
-    #: The response cap sent to the provider, if any; it becomes the output reserve.
-    max_output_tokens: int | None = Field(default=None, ge=1)
     handoff_ratio: float = Field(default=0.70, gt=0.0, le=1.0)
     compact_ratio: float = Field(default=0.80, gt=0.0, le=1.0)
     #: Complete API rounds an LLM compaction keeps verbatim after the summary.
@@ -30,6 +29,9 @@ class CompactionConfig(BaseModel):
     on_failure: OnFailure = "fallback"
     micro_compact_idle_s: float = Field(default=60.0, ge=0.0)
     breaker_threshold: int = Field(default=3, ge=1, le=100)
+    #: Share of the input budget the active-task checkpoint's older user
+    #: messages may take (the latest message and the constraints always stay).
+    checkpoint_share: float = Field(default=0.15, gt=0.0, le=0.5)
     #: ``estimate`` or an exact tokenizer name (see ``cairn.tokens.TOKENIZER_NAMES``).
     tokenizer: str = "estimate"
 

@@ -25,6 +25,7 @@ from cairn.context.ledger import (
 )
 from cairn.context.summarizer import Summarizer, SummarizerError, Summary, SummaryRequest
 from cairn.messages import (
+    KIND_COMPACT_SUMMARY,
     KIND_HANDOFF,
     ImagePart,
     Message,
@@ -266,6 +267,70 @@ def _halve_longest(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
+#: The most halvings ``fit_fork_input`` tries: each halves the longest text,
+#: so this bounds the work whatever the sizes.
+_MAX_HALVINGS = 32
+
+
+def fit_fork_input(
+    messages: Sequence[Message],
+    room: int,
+    count: Callable[[Message], int],
+    effects: ToolEffects | None = None,
+) -> list[Message] | None:
+    """The fork's history, shrunk by the ``shrink`` steps until its estimate fits ``room``.
+
+    The fork is projected before it is sent, so the provider's rejection is
+    the rare case: elide re-readable file contents, then drop the oldest
+    conversation rounds (as few as needed; the previous compact block stays),
+    then halve the longest texts. ``None`` when even that cannot fit.
+    """
+    current = list(messages)
+    if sum(count(m) for m in current) <= room:
+        return current
+    current = _elide_file_contents(current, effects or {})
+    costs = [count(m) for m in current]
+    size = sum(costs)
+    if size <= room:
+        return current
+    rounds = group_rounds(current)
+    dropped: set[int] = set()
+    for r in rounds[:-1]:
+        if size <= room:
+            break
+        if current[r.start].meta.kind == KIND_COMPACT_SUMMARY:
+            continue
+        dropped.update(range(r.start, r.end))
+        size -= sum(costs[r.start : r.end])
+    current = [m for i, m in enumerate(current) if i not in dropped]
+    for _ in range(_MAX_HALVINGS):
+        if size <= room:
+            return current
+        smaller = _halve_longest(current)
+        if _size(smaller) >= _size(current):
+            return None
+        current = smaller
+        size = sum(count(m) for m in current)
+    return current if size <= room else None
+
+
+def nothing_to_compact(
+    messages: Sequence[Message], keep_rounds: int, budget: int, count: Callable[[Message], int]
+) -> bool:
+    """Whether no complete conversation round precedes the rounds a compaction keeps.
+
+    Then a compaction could only restate what it keeps, plus a block: a
+    bigger context, not a smaller one. Host-written rounds (a previous
+    compact block, a restoration, a handoff) are not conversation.
+    """
+    kept = {m.id for m in kept_tail(messages, keep_rounds, budget, count)}
+    for r in group_rounds(messages):
+        first = messages[r.start]
+        if r.complete and not first.meta.synthetic and first.id not in kept:
+            return False
+    return True
+
+
 def kept_tail(
     messages: Sequence[Message], keep_rounds: int, budget: int, count: Callable[[Message], int]
 ) -> list[Message]:
@@ -307,7 +372,7 @@ class LLMSummarizer:
     async def summarize(self, request: SummaryRequest) -> Summary:
         source = prepare_fork_input(request.messages)
         instruction = user(compaction_instruction(request.instructions))
-        fork_input = source
+        fork_input = self._fitted(request, source, instruction)
         failures: list[str] = []
         for attempt in range(MAX_ATTEMPTS):
             try:
@@ -325,11 +390,37 @@ class LLMSummarizer:
             return self._replacement(request, text)
         raise SummarizerError("the summarizer failed 3 attempts: " + "; ".join(failures))
 
+    def _fitted(
+        self, request: SummaryRequest, history: Sequence[Message], instruction: Message
+    ) -> list[Message]:
+        """The history shrunk so that the fork's projected size fits the input budget."""
+        if request.request_budget is None:
+            return list(history)
+        room = request.request_budget - request.fixed_tokens - request.count(instruction)
+        fitted = fit_fork_input(history, room, request.count, request.tool_effects)
+        if fitted is None:
+            raise SummarizerError(
+                f"the compaction request cannot fit the {request.request_budget:,}-token input "
+                f"budget: the system prompt and tools take {request.fixed_tokens:,} tokens "
+                f"and the conversation cannot shrink to the {max(room, 0):,} left"
+            )
+        return fitted
+
+    def _projected(self, request: SummaryRequest, conversation: Sequence[Message]) -> int:
+        return request.fixed_tokens + sum(request.count(m) for m in conversation)
+
     async def _fork(
         self, request: SummaryRequest, history: Sequence[Message], instruction: Message
     ) -> str:
         conversation: list[Message] = [*history, instruction]
         for _ in range(MAX_FORK_ROUNDS):
+            budget = request.request_budget
+            if budget is not None and (size := self._projected(request, conversation)) > budget:
+                # The rejected tool calls made it grow; never send what cannot fit.
+                raise SummarizerError(
+                    f"the compaction request grew to {size:,} tokens with rejected tool "
+                    f"calls, over the {budget:,}-token input budget"
+                )
             chat = chat_request(
                 self._model, request.fixed.system, request.fixed.tools, conversation
             )
@@ -355,7 +446,13 @@ class LLMSummarizer:
         ledger = place_exact_records(ledger, exact_records(request.messages))
         if not ledger.strip():
             raise SummarizerError("the model's summary was empty")
-        block = build_compact_block(ledger, active_task_of(request.messages))
+        active_task = active_task_of(
+            request.messages,
+            cap_tokens=request.checkpoint_tokens,
+            input_budget=request.input_budget,
+            artifacts_dir=request.artifacts_dir,
+        )
+        block = build_compact_block(ledger, active_task)
         tail = kept_tail(request.messages, request.keep_rounds, request.input_budget, request.count)
         replacement = (block, *tail)
         post = sum(request.count(m) for m in replacement)

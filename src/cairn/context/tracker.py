@@ -12,6 +12,7 @@ local estimate rather than guess.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,7 +22,8 @@ import orjson
 
 from cairn.context.budget import Phase, input_budget, phase_for
 from cairn.context.config import CompactionConfig
-from cairn.messages import JSONObject, Message
+from cairn.messages import JSONObject, Message, message_to_wire
+from cairn.provider.config import ModelConfig
 from cairn.tokens import estimate_message_tokens, estimate_tokens
 
 Source: TypeAlias = Literal["anchored", "estimate", "unknown"]
@@ -40,9 +42,24 @@ class FixedContext:
 
     @cached_property
     def tokens(self) -> int:
+        """The estimate used until a response calibrates it (``cairn.context.calibration``).
+
+        Tool schemas count at the prose rate, not the ½-per-character JSON rate
+        of tool arguments and JSON results: they are mostly English
+        descriptions, and the JSON rate counted them at 2.2–2.3× their true
+        size (Cairn's own, OpenHands', Claude Code's), enough to refuse a first
+        request that fits. At the prose rate they still come out 7–15 % over.
+        """
         system = sum(estimate_message_tokens(m) for m in self.system)
-        tools = estimate_tokens(orjson.dumps(self.tools).decode(), "json") if self.tools else 0
+        tools = estimate_tokens(orjson.dumps(self.tools).decode()) if self.tools else 0
         return system + tools
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Identifies this fixed context as sent: a calibration holds until it changes."""
+        wire = [message_to_wire(m) for m in self.system]
+        data = orjson.dumps([wire, list(self.tools)], option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(data).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +70,9 @@ class TokenSnapshot:
     source: Source
     input_budget: int | None
     phase: Phase
+    #: The part of ``tokens`` that is a local estimate, not the provider's count:
+    #: what was appended since the response (anchored), or every message.
+    estimated: int = 0
 
     @property
     def ratio(self) -> float | None:
@@ -74,19 +94,28 @@ class Baseline:
 @dataclass
 class ContextTokenTracker:
     config: CompactionConfig
+    #: The one source of the window and the output reserve.
+    model: ModelConfig
     count: Counter = estimate_message_tokens
     baseline: Baseline | None = field(default=None, init=False)
 
     @property
     def input_budget(self) -> int | None:
-        window = self.config.context_window
-        return input_budget(window, self.config.max_output_tokens) if window else None
+        window = self.model.context_window
+        return input_budget(window, self.model.max_output_tokens) if window else None
 
-    def observe(self, messages: Sequence[Message], fixed_tokens: int | None, revision: int) -> None:
-        """Anchor on the last message: an assistant response that carries usage."""
+    def observe(
+        self,
+        messages: Sequence[Message],
+        fixed_tokens: int | None,
+        revision: int,
+        index: int | None = None,
+    ) -> None:
+        """Anchor on ``messages[index]`` (default: the last): a response that carries usage."""
         if not messages:
             return
-        anchor = messages[-1]
+        index = len(messages) - 1 if index is None else index
+        anchor = messages[index]
         usage = anchor.meta.usage
         if anchor.role != "assistant" or usage is None:
             return
@@ -94,7 +123,7 @@ class ContextTokenTracker:
         self.baseline = Baseline(
             tokens=usage.context_tokens,
             anchor_id=anchor.id,
-            anchor_index=len(messages) - 1,
+            anchor_index=index,
             fixed_tokens=fixed_tokens,
             revision=revision,
         )
@@ -106,7 +135,7 @@ class ContextTokenTracker:
     def project(
         self, messages: Sequence[Message], fixed_tokens: int, revision: int
     ) -> TokenSnapshot:
-        if self.config.context_window is None:
+        if self.model.context_window is None:
             return TokenSnapshot(None, "unknown", None, "unknown")
         base = self.baseline
         if (
@@ -117,12 +146,13 @@ class ContextTokenTracker:
         ):
             appended = sum(self.count(m) for m in messages[base.anchor_index + 1 :])
             growth = 0 if base.fixed_tokens is None else max(0, fixed_tokens - base.fixed_tokens)
-            return self.snapshot(base.tokens + appended + growth, "anchored")
-        return self.snapshot(fixed_tokens + sum(self.count(m) for m in messages), "estimate")
+            return self.snapshot(base.tokens + appended + growth, "anchored", appended + growth)
+        estimated = sum(self.count(m) for m in messages)
+        return self.snapshot(fixed_tokens + estimated, "estimate", estimated)
 
-    def snapshot(self, tokens: int, source: Source) -> TokenSnapshot:
+    def snapshot(self, tokens: int, source: Source, estimated: int = 0) -> TokenSnapshot:
         budget = self.input_budget
         if budget is None:
-            return TokenSnapshot(tokens, "unknown", None, "unknown")
+            return TokenSnapshot(tokens, "unknown", None, "unknown", estimated)
         phase = phase_for(tokens, budget, self.config.handoff_ratio, self.config.compact_ratio)
-        return TokenSnapshot(tokens, source, budget, phase)
+        return TokenSnapshot(tokens, source, budget, phase, estimated)

@@ -8,7 +8,14 @@ into an assistant ``Message``, and every failure is a ``ProviderError`` —
 """
 
 from cairn.provider.client import OpenAIProvider
-from cairn.provider.config import ModelConfig, ModelConfigError, model_from_env
+from cairn.provider.config import (
+    ModelConfig,
+    ModelConfigError,
+    ModelEntry,
+    env_entry,
+    model_from_env,
+    resolve_model,
+)
 from cairn.provider.errors import (
     CONTEXT_LIMIT_CODES,
     CONTEXT_LIMIT_PHRASES,
@@ -40,6 +47,7 @@ __all__ = [
     "Finish",
     "ModelConfig",
     "ModelConfigError",
+    "ModelEntry",
     "OpenAIProvider",
     "ProviderError",
     "ReasoningDelta",
@@ -48,8 +56,10 @@ __all__ = [
     "TurnAccumulator",
     "UsageEvent",
     "chat_request",
+    "env_entry",
     "events_from_chunk",
     "is_context_limit",
     "model_from_env",
+    "resolve_model",
     "usage_from_wire",
 ]

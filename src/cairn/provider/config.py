@@ -1,10 +1,15 @@
-"""Which model to talk to, where, and with which generation parameters.
+"""Which model to talk to, where, how big its window is, and with which parameters.
 
-A ``ModelConfig`` is the provider half of DESIGN §11's model entry: the
-endpoint (any OpenAI-compatible ``base_url``), the environment variable that
-holds the API key, the model's window and response cap, and the generation
-parameters sent with every request — the same ones for the main loop and the
-compaction fork, so both share one cached prefix.
+``ModelConfig`` is the one model configuration (DESIGN §11): the endpoint
+(any OpenAI-compatible ``base_url``), the environment variable that holds the
+API key, the model's window and response cap — the single source of the
+pipeline's input budget — and the generation parameters sent with every
+request, the same for the main loop and the compaction fork so that both
+share one cached prefix.
+
+It is resolved from layers, each a ``ModelEntry`` naming any subset of the
+fields: ``settings.json`` (user, then project), the environment, then the
+command line; a later layer wins field by field (``resolve_model``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from cairn.messages import JSONValue
 
@@ -24,6 +31,9 @@ ENV_MODEL = "CAIRN_MODEL"
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_CONTEXT_WINDOW = "CAIRN_CONTEXT_WINDOW"
 ENV_MAX_OUTPUT_TOKENS = "CAIRN_MAX_OUTPUT_TOKENS"
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+#: The smallest window accepted anywhere: below it no request has room to work.
+MIN_CONTEXT_WINDOW = 1_024
 
 
 class ModelConfigError(ValueError):
@@ -41,18 +51,23 @@ class ModelConfig:
 
     model: str
     base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    #: The model's window in tokens; ``None`` when unknown (then only micro
+    #: compact and snip run: no handoff, no compaction).
     context_window: int | None = None
+    #: The response cap sent as ``max_tokens``; it is also the output reserve.
     max_output_tokens: int | None = None
     params: Mapping[str, JSONValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ModelConfigError("model must be a non-empty string")
-        for name in ("context_window", "max_output_tokens"):
+        for name, low in (("context_window", MIN_CONTEXT_WINDOW), ("max_output_tokens", 1)):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or value < 1):
-                raise ModelConfigError(f"{name} must be a positive integer, got {value!r}")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < low
+            ):
+                raise ModelConfigError(f"{name} must be an integer ≥ {low:,}, got {value!r}")
         reserved = sorted(RESERVED_PARAMS.intersection(self.params))
         if reserved:
             raise ModelConfigError(f"params may not set {', '.join(reserved)}")
@@ -65,33 +80,84 @@ class ModelConfig:
         return out
 
 
-def model_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig | None:
-    """The model named by ``CAIRN_MODEL``, or ``None`` when it is unset or empty.
+class ModelEntry(BaseModel):
+    """One layer of the model configuration: any subset of ``ModelConfig``'s fields.
 
-    ``OPENAI_BASE_URL``, ``CAIRN_CONTEXT_WINDOW`` and
-    ``CAIRN_MAX_OUTPUT_TOKENS`` are optional; a non-integer or non-positive
-    number raises ``ModelConfigError`` naming the variable.
+    This is the ``model`` object of ``settings.json`` as well as what the
+    environment and the command line say; ``None`` means "this layer is silent".
     """
-    model = environ.get(ENV_MODEL, "").strip()
-    if not model:
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str | None = None
+    #: Name of the environment variable that holds the API key (never the key itself).
+    api_key_env: str | None = None
+    model: str | None = None
+    context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, strict=True)
+    max_output_tokens: int | None = Field(default=None, ge=1, strict=True)
+
+
+def resolve_model(
+    *layers: ModelEntry | None, params: Mapping[str, JSONValue] | None = None
+) -> ModelConfig | None:
+    """The model configuration the layers add up to; later layers win field by field.
+
+    ``None`` when no layer names a model. Pass the layers in precedence
+    order: settings, environment, command line.
+    """
+    merged: dict[str, object] = {}
+    for layer in layers:
+        if layer is not None:
+            merged.update(layer.model_dump(exclude_none=True))
+    model = merged.pop("model", None)
+    if not isinstance(model, str) or not model.strip():
         return None
-    base_url = environ.get(ENV_BASE_URL, "").strip() or None
     return ModelConfig(
-        model=model,
-        base_url=base_url,
-        context_window=_env_int(environ, ENV_CONTEXT_WINDOW),
-        max_output_tokens=_env_int(environ, ENV_MAX_OUTPUT_TOKENS),
+        model=model.strip(),
+        base_url=_optional_str(merged.get("base_url")),
+        api_key_env=_optional_str(merged.get("api_key_env")) or DEFAULT_API_KEY_ENV,
+        context_window=_optional_int(merged.get("context_window")),
+        max_output_tokens=_optional_int(merged.get("max_output_tokens")),
+        params=dict(params or {}),
     )
 
 
-def _env_int(environ: Mapping[str, str], name: str) -> int | None:
+def env_entry(environ: Mapping[str, str] = os.environ) -> ModelEntry:
+    """What the environment says: ``CAIRN_MODEL``, ``OPENAI_BASE_URL``, the window and cap.
+
+    Each variable counts on its own (``CAIRN_CONTEXT_WINDOW`` applies to a model
+    named in ``settings.json`` too); an unset or empty one is silent. A bad
+    number raises ``ModelConfigError`` naming the variable and the range.
+    """
+    return ModelEntry(
+        model=environ.get(ENV_MODEL, "").strip() or None,
+        base_url=environ.get(ENV_BASE_URL, "").strip() or None,
+        context_window=_env_int(environ, ENV_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW),
+        max_output_tokens=_env_int(environ, ENV_MAX_OUTPUT_TOKENS, 1),
+    )
+
+
+def model_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig | None:
+    """The model the environment alone configures (``None`` without ``CAIRN_MODEL``)."""
+    return resolve_model(env_entry(environ))
+
+
+def _env_int(environ: Mapping[str, str], name: str, low: int) -> int | None:
     raw = environ.get(name, "").strip()
     if not raw:
         return None
     try:
         value = int(raw.replace("_", ""))
     except ValueError:
-        raise ModelConfigError(f"{name} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ModelConfigError(f"{name} must be a positive integer, got {raw!r}")
+        raise ModelConfigError(f"{name} must be an integer ≥ {low:,}, got {raw!r}") from None
+    if value < low:
+        raise ModelConfigError(f"{name} must be an integer ≥ {low:,}, got {raw!r}")
     return value
+
+
+def _optional_str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _optional_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -13,11 +13,19 @@ import orjson
 from cairn.agent.commands import parse_command, run_command
 from cairn.agent.events import Event
 from cairn.agent.loop import TurnError, run_turn
-from cairn.agent.session import Runtime, model_config_for
+from cairn.agent.session import Runtime
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.messages import JSONValue, Message, ToolCall, message_to_dict
-from cairn.provider import ModelConfig, ModelConfigError, OpenAIProvider, model_from_env
+from cairn.provider import (
+    ModelConfig,
+    ModelConfigError,
+    ModelEntry,
+    OpenAIProvider,
+    env_entry,
+    resolve_model,
+)
+from cairn.provider.config import MIN_CONTEXT_WINDOW
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 EXIT_FAILED = 1
@@ -30,6 +38,8 @@ class PrintArgs:
     output_format: OutputFormat = "text"
     resume: str | None = None
     model: str | None = None
+    context_window: int | None = None
+    max_output_tokens: int | None = None
     permission_mode: PermissionMode = "accept-edits"
     max_turns: int = 50
     workspace: Path = Path()
@@ -45,7 +55,7 @@ def run_print(args: PrintArgs) -> int:
         return _fail("cairn -p: the prompt is empty", EXIT_USAGE)
     try:
         settings = load_settings(args.workspace)
-        model = _model(settings, args.model)
+        model = _model(settings, args)
     except (SettingsError, ModelConfigError) as exc:
         return _fail(f"cairn -p: {exc}", EXIT_USAGE)
     if model is None:
@@ -92,17 +102,20 @@ async def _run(
             runtime.close()
 
 
-def _model(settings: Settings, override: str | None) -> ModelConfig | None:
-    model = model_config_for(settings, model_from_env())
-    if override:
-        model = ModelConfig(
-            model=override,
-            base_url=model.base_url if model else None,
-            api_key_env=model.api_key_env if model else "OPENAI_API_KEY",
-            context_window=model.context_window if model else None,
-            max_output_tokens=model.max_output_tokens if model else None,
-        )
-    return model
+def _model(settings: Settings, args: PrintArgs) -> ModelConfig | None:
+    """Settings (user, then project), then the environment, then the flags: the last wins."""
+    for flag, value, low in (
+        ("--context-window", args.context_window, MIN_CONTEXT_WINDOW),
+        ("--max-output-tokens", args.max_output_tokens, 1),
+    ):
+        if value is not None and value < low:
+            raise ModelConfigError(f"{flag} must be an integer ≥ {low:,}, got {value}")
+    flags = ModelEntry(
+        model=args.model or None,
+        context_window=args.context_window,
+        max_output_tokens=args.max_output_tokens,
+    )
+    return resolve_model(settings.model, env_entry(), flags)
 
 
 def _emit(args: PrintArgs, text: str, session_id: str, requests: int) -> None:
