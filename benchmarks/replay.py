@@ -4,13 +4,18 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/replay.py
 
-Reads the sessions in ``../shared/data/sessions/`` (override with
+Reads the sessions in ``../shared/data/sessions/`` and the Claude Code and
+Codex samples in ``../shared/data/formats/`` (override the root with
 ``CAIRN_SESSIONS``; without them it replays the fixtures shipped in
 ``tests/fixtures/sessions``), replays each with the policies ``cairn``,
-``none`` and ``post-response`` at windows 8k, 16k, 32k and 128k, and writes
-``benchmarks/results/replay.json`` and the Markdown table in
-``docs/benchmarks.md``. Every figure comes from the same run; the pipeline time
-is reported per request, never judged.
+``none`` and ``post-response`` at windows 8k, 16k, 32k and 128k with the
+fixed context the recorded agent really had (``--fixed-tokens auto``), and
+writes ``benchmarks/results/replay.json`` and the Markdown tables in
+``docs/benchmarks.md``. Every figure comes from the same run; the pipeline
+time is reported per request, never judged. A session that fails (the window
+cannot hold its fixed context, or the pipeline refused a request it could not
+bring under the budget) is counted and named with its reason, never shown as
+"0 overflows".
 """
 
 from __future__ import annotations
@@ -23,22 +28,25 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cairn.messages import JSONObject
+from cairn.messages import JSONObject, JSONValue
 from cairn.replay.engine import ReplayOptions, replay_sessions
 from cairn.replay.importers import import_sessions
-from cairn.replay.metrics import POLICIES, ReplaySummary
+from cairn.replay.metrics import POLICIES, ReplaySummary, SessionReport
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_SESSIONS = REPO.parent / "shared" / "data" / "sessions"
+SHARED_DATA = REPO.parent / "shared" / "data"
 FIXTURES = REPO / "tests" / "fixtures" / "sessions"
 WINDOWS = (8_192, 16_384, 32_768, 131_072)
 SUFFIXES = (".json", ".jsonl", ".traj")
+#: The policy every other one is compared with for billed tokens.
+BASELINE = "post-response"
 
 
 def session_files(root: Path) -> list[Path]:
@@ -49,11 +57,24 @@ def session_files(root: Path) -> list[Path]:
     )
 
 
+def corpus_files() -> tuple[str, list[Path]]:
+    """The session files to replay and the corpus's name."""
+    override = os.environ.get("CAIRN_SESSIONS")
+    if override:
+        return "CAIRN_SESSIONS", session_files(Path(override))
+    sessions, formats = SHARED_DATA / "sessions", SHARED_DATA / "formats"
+    if sessions.is_dir():
+        samples = session_files(formats) if formats.is_dir() else []
+        return "shared", session_files(sessions) + samples
+    return "fixtures", session_files(FIXTURES)
+
+
 def run(files: list[Path], windows: tuple[int, ...], tokenizer: str) -> list[JSONObject]:
     rows: list[JSONObject] = []
     with tempfile.TemporaryDirectory(prefix="cairn-bench-replay-") as tmp:
         for path in files:
             imported = import_sessions(path)
+            source = str(path.relative_to(path.parents[1]))
             for window in windows:
                 for policy in POLICIES:
                     options = ReplayOptions(window, policy, tokenizer)
@@ -63,29 +84,136 @@ def run(files: list[Path], windows: tuple[int, ...], tokenizer: str) -> list[JSO
                     )
                     wall = time.perf_counter() - started
                     summary = ReplaySummary(
-                        str(path.relative_to(path.parents[1])),
-                        imported.format,
-                        window,
-                        tokenizer,
-                        policy,
-                        tuple(reports),
+                        source, imported.format, window, tokenizer, policy, tuple(reports)
                     ).to_dict()
-                    requests = summary["requests"]
-                    seconds = summary["pipeline_seconds"]
+                    requests = _int(summary["requests"])
+                    seconds = float(str(summary["pipeline_seconds"]))
                     summary["pipeline_us_per_request"] = (
-                        round(1e6 * float(str(seconds)) / int(str(requests)), 1) if requests else 0
+                        round(1e6 * seconds / requests, 1) if requests else 0
                     )
                     summary["wall_seconds"] = round(wall, 3)
+                    summary["session_billed"] = _session_billed(reports)
                     rows.append(summary)
     return rows
 
 
-def markdown(rows: list[JSONObject], meta: JSONObject) -> str:
+def _session_billed(reports: Sequence[SessionReport]) -> list[JSONValue]:
+    """Billed prompt tokens per session, in session order; ``None`` for a failed one."""
+    return [None if r.failed else r.billed_prompt_tokens for r in reports]
+
+
+def _int(value: JSONValue) -> int:
+    return int(str(value))
+
+
+# ---------------------------------------------------------------------------
+# Totals
+
+
+def totals(rows: list[JSONObject], window: int, policy: str) -> JSONObject:
+    """One window and policy over every session file."""
+    group = [r for r in rows if r["window"] == window and r["policy"] == policy]
+
+    def total(key: str) -> int:
+        return sum(_int(r[key]) for r in group)
+
+    requests = total("requests")
+    compactions = total("compactions")
+    weighted_error = sum(
+        float(str(_dict(r["projection_error"])["mean_abs_pct"])) * _int(r["requests"])
+        for r in group
+    )
+    headroom = [_dict(r["wasted_headroom"]) for r in group]
+    counted = sum(_int(h["compactions"]) for h in headroom)
+    wasted = sum(float(str(h["mean"])) * _int(h["compactions"]) for h in headroom)
+    billed = total("billed_prompt_tokens")
+    return {
+        "window": window,
+        "policy": policy,
+        "sessions": total("sessions"),
+        "failed_sessions": total("failed_sessions"),
+        "requests": requests,
+        "overflows": total("overflows"),
+        "compactions": compactions,
+        "compactions_per_100_requests": round(100 * compactions / requests, 2) if requests else 0,
+        "wasted_headroom_mean": round(wasted / counted, 4) if counted else 0.0,
+        "snips": total("snips"),
+        "handoffs": total("handoffs"),
+        "billed_prompt_tokens": billed,
+        "billed_vs_post_response": billed_versus(rows, window, policy),
+        "cache_eligible_share": round(total("cache_eligible_tokens") / billed, 4) if billed else 0,
+        "projection_error_mean_abs_pct": round(weighted_error / requests, 2) if requests else 0,
+    }
+
+
+def billed_versus(rows: list[JSONObject], window: int, policy: str) -> float | None:
+    """Billed prompt tokens of ``policy`` ÷ those of ``post-response``, minus 1.
+
+    Only over sessions both policies replayed to the end, so a session that
+    failed early under one of them does not make it look cheap.
+    """
+    mine = {r["source"]: r for r in rows if r["window"] == window and r["policy"] == policy}
+    base = {r["source"]: r for r in rows if r["window"] == window and r["policy"] == BASELINE}
+    ours = theirs = 0
+    for source, row in mine.items():
+        other = base.get(source)
+        if other is None:
+            continue
+        pairs = zip(_list(row["session_billed"]), _list(other["session_billed"]), strict=True)
+        for a, b in pairs:
+            if a is not None and b is not None:
+                ours, theirs = ours + _int(a), theirs + _int(b)
+    return round(ours / theirs - 1, 4) if theirs else None
+
+
+def failures(rows: list[JSONObject]) -> list[JSONObject]:
+    """Every failed session, once per window and reason, with the policies it failed under."""
+    found: dict[tuple[str, int, str, str], list[str]] = {}
+    for row in rows:
+        for failure in _list(row["failures"]):
+            item = _dict(failure)
+            key = (str(row["source"]), _int(row["window"]), str(item["name"]), str(item["reason"]))
+            found.setdefault(key, []).append(str(row["policy"]))
+    return [
+        {"source": s, "window": w, "session": n, "reason": r, "policies": list(p)}
+        for (s, w, n, r), p in found.items()
+    ]
+
+
+def _dict(value: JSONValue) -> JSONObject:
+    assert isinstance(value, dict)
+    return value
+
+
+def _list(value: JSONValue) -> list[JSONValue]:
+    assert isinstance(value, list)
+    return value
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+
+
+def _pct(value: JSONValue, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    return f"{float(str(value)):+.{digits}%}" if digits else f"{float(str(value)):.0%}"
+
+
+def _fixed(row: JSONObject) -> str:
+    fixed = _dict(row["fixed_context"])
+    low, high = _int(fixed["min_tokens"]), _int(fixed["max_tokens"])
+    size = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    return f"{size} {', '.join(_dict(fixed['sources']))}"
+
+
+def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject) -> str:
     lines = [
         "# Replay benchmark",
         "",
-        "Every recorded session in `../shared/data/sessions/` replayed request by request",
-        "through the same engine under each window and policy, with exact token counts",
+        "Every recorded session in `../shared/data/sessions/`, and the Claude Code and Codex",
+        "samples in `../shared/data/formats/`, replayed request by request through the same",
+        "engine under each window and policy, with exact token counts",
         f"(`{meta['tokenizer']}`). Generated by `benchmarks/replay.py` on {meta['timestamp']}",
         f"(Python {meta['python']}); raw figures in `benchmarks/results/replay.json`.",
         "",
@@ -95,73 +223,93 @@ def markdown(rows: list[JSONObject], meta: JSONObject) -> str:
         "- **post-response**: the old behaviour — compaction decided from the previous",
         "  response's usage, after the response, with no projection of new messages.",
         "",
-        "An *overflow* is a request whose exact prompt size exceeds the input budget",
-        "(window − output reserve): the provider would have rejected it. *Cached* is the",
-        "share of billed prompt tokens that repeat the previous request's prefix (what a",
-        "provider's prefix cache can serve). *Proj. err* is the mean |projected − exact| /",
-        "exact of the size Cairn projected before sending; *under* is the worst",
-        "under-estimate.",
+        "Every request carries the fixed context (system prompt and tool schemas) the",
+        "recorded agent really had (`cairn replay --fixed-tokens auto`). Its *source*: `usage`",
+        "— inferred from the recorded provider usage (prompt tokens of the first responses",
+        "minus the exact size of the messages sent before them; OpenHands, Claude Code,",
+        "Codex); `default` — the format records no usage, so its documented default for what",
+        "it leaves out; `recorded` — the recording carries all of it (SWE-agent, tau-bench).",
+        "Where the recording carries less, deterministic host filler shaped like real tool",
+        "schemas makes up the difference.",
+        "",
+        "Columns:",
+        "",
+        "- *failed*: sessions that could not be replayed to their end, with the reasons",
+        "  below: the window cannot hold the fixed context at all, or the pipeline refused a",
+        "  request it could not bring under the input budget (the session stops there). A",
+        "  failed session counts as a failure; its requests before the failure still count.",
+        "- *overflows*: requests whose exact prompt size exceeds the input budget (window −",
+        "  output reserve): the provider would have rejected them. Must be 0 for cairn.",
+        "- *comp./100 req*: compactions per 100 requests.",
+        "- *wasted headroom*: for each compaction, (compaction line − exact size of the",
+        "  request that triggered it) ÷ input budget, clipped at 0; the mean over all",
+        "  compactions. For cairn the triggering size is the exact size of the context as it",
+        "  stood when the check began (before snip); for post-response, the answered",
+        "  request's prompt + completion it judged. A compaction that comes early because",
+        "  the estimate over-counts (before the fixed context is calibrated, or text the",
+        "  estimate over-counts) throws this share of the budget away; 0 means every",
+        "  compaction came at or past the line.",
+        "- A session *failed* as \"window too small\" cannot run under any policy: the",
+        "  agent's own system prompt and tools do not fit the input budget (at 8k the",
+        "  default output reserve is half the window). It is listed, never counted as 0.",
+        "- *billed vs post-resp.*: prompt tokens billed ÷ those of the post-response policy,",
+        "  − 1, over the sessions both policies replayed to the end.",
+        "- *cached*: the share of billed prompt tokens that repeat the previous request's",
+        "  prefix (what a provider's prefix cache can serve).",
+        "- *proj. err*: the mean |projected − exact| ÷ exact of the size Cairn projected",
+        "  before sending; *under* is the worst under-estimate.",
         "",
         "## Totals over every session",
         "",
-        "| window | policy | requests | overflows | compactions | snips | handoffs "
-        "| billed prompt tokens | cached | mean proj. err |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *_totals(rows),
+        "| window | policy | sessions | failed | requests | overflows | compactions "
+        "| comp./100 req | wasted headroom | snips | handoffs | billed prompt tokens "
+        "| billed vs post-resp. | cached | mean proj. err |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in summary:
+        billed = t["billed_vs_post_response"]
+        lines.append(
+            f"| {_int(t['window']) // 1024}k | {t['policy']} | {t['sessions']} "
+            f"| {t['failed_sessions']} | {_int(t['requests']):,} | {t['overflows']} "
+            f"| {t['compactions']} | {t['compactions_per_100_requests']} "
+            f"| {float(str(t['wasted_headroom_mean'])):.1%} | {t['snips']} | {t['handoffs']} "
+            f"| {_int(t['billed_prompt_tokens']):,} "
+            f"| {'–' if t['policy'] == BASELINE else _pct(billed)} "
+            f"| {_pct(t['cache_eligible_share'], 0)} | {t['projection_error_mean_abs_pct']}% |"
+        )
+    failed = failures(rows)
+    lines += ["", "## Failed sessions", ""]
+    if failed:
+        for f in failed:
+            lines.append(
+                f"- {f['source']} at {_int(f['window']) // 1024}k, {f['session']} "
+                f"({', '.join(str(p) for p in _list(f['policies']))}): {f['reason']}"
+            )
+    else:
+        lines.append("None: every session was replayed to its end under every window and policy.")
+    lines += [
         "",
         "## Per session file",
         "",
-        "| session file | window | policy | requests | overflows | peak | compactions "
-        "| snips | handoffs | billed | cached | proj. err | under | µs/request |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| session file | window | policy | fixed context | failed | requests | overflows "
+        "| peak | compactions | wasted headroom | snips | handoffs | billed | cached "
+        "| proj. err | under | µs/request |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        error = row["projection_error"]
-        assert isinstance(error, dict)
-        share = float(str(row["cache_eligible_share"]))
+        error = _dict(row["projection_error"])
+        headroom = _dict(row["wasted_headroom"])
         lines.append(
-            f"| {row['source']} | {int(str(row['window'])) // 1024}k | {row['policy']} "
-            f"| {row['requests']} | {row['overflows']} | {int(str(row['peak_tokens'])):,} "
-            f"| {row['compactions']} | {row['snips']} | {row['handoffs']} "
-            f"| {int(str(row['billed_prompt_tokens'])):,} | {share:.0%} "
+            f"| {row['source']} | {_int(row['window']) // 1024}k | {row['policy']} "
+            f"| {_fixed(row)} | {row['failed_sessions']} | {row['requests']} "
+            f"| {row['overflows']} | {_int(row['peak_tokens']):,} | {row['compactions']} "
+            f"| {float(str(headroom['mean'])):.1%} | {row['snips']} | {row['handoffs']} "
+            f"| {_int(row['billed_prompt_tokens']):,} "
+            f"| {_pct(row['cache_eligible_share'], 0)} "
             f"| {error['mean_abs_pct']}% | {error['max_under_pct']}% "
             f"| {row['pipeline_us_per_request']} |"
         )
-    skipped = [
-        f"- {row['source']} at {int(str(row['window'])) // 1024}k: {s['name']} — {s['reason']}"
-        for row in rows
-        if row["policy"] == "cairn"
-        for s in row["skipped_sessions"]  # type: ignore[union-attr]
-        if isinstance(s, dict)
-    ]
-    if skipped:
-        lines += ["", "Sessions not replayed:", "", *skipped]
     return "\n".join(lines) + "\n"
-
-
-def _totals(rows: list[JSONObject]) -> list[str]:
-    lines = []
-    for window in WINDOWS:
-        for policy in POLICIES:
-            group = [r for r in rows if r["window"] == window and r["policy"] == policy]
-
-            def total(key: str, group: list[JSONObject] = group) -> int:
-                return sum(int(str(r[key])) for r in group)
-
-            billed = total("billed_prompt_tokens")
-            cached = total("cache_eligible_tokens")
-            requests = total("requests")
-            weighted = sum(
-                float(str(r["projection_error"]["mean_abs_pct"])) * int(str(r["requests"]))  # type: ignore[index]
-                for r in group
-            )
-            lines.append(
-                f"| {window // 1024}k | {policy} | {requests:,} | {total('overflows')} "
-                f"| {total('compactions')} | {total('snips')} | {total('handoffs')} "
-                f"| {billed:,} | {cached / billed if billed else 0:.0%} "
-                f"| {weighted / requests if requests else 0:.1f}% |"
-            )
-    return lines
 
 
 def main() -> int:
@@ -170,11 +318,10 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks/results/replay.json")
     parser.add_argument("--markdown", type=Path, default=REPO / "docs/benchmarks.md")
     args = parser.parse_args()
-    root = Path(os.environ.get("CAIRN_SESSIONS", SHARED_SESSIONS))
-    corpus = "shared" if root.is_dir() else "fixtures"
-    files = session_files(root if root.is_dir() else FIXTURES)
+    corpus, files = corpus_files()
     started = time.perf_counter()
     rows = run(files, WINDOWS, args.tokenizer)
+    summary = [totals(rows, window, policy) for window in WINDOWS for policy in POLICIES]
     meta: JSONObject = {
         "benchmark": "replay",
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -185,27 +332,47 @@ def main() -> int:
         "windows": list(WINDOWS),
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
+    failed = failures(rows)
+    report: dict[str, object] = {**meta, "totals": summary, "failures": failed, "rows": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_bytes(orjson.dumps({**meta, "rows": rows}, option=orjson.OPT_INDENT_2))
+    args.output.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
-    args.markdown.write_text(markdown(rows, meta), encoding="utf-8")
+    args.markdown.write_text(markdown(rows, summary, meta), encoding="utf-8")
 
-    table = Table(title=f"replay benchmark ({corpus}, {meta['elapsed_s']} s)")
-    for column in ("source", "window", "policy", "req", "overflows", "compactions", "cached"):
-        table.add_column(column)
-    for row in rows:
+    table = Table(title=f"replay benchmark totals ({corpus}, {meta['elapsed_s']} s)")
+    columns = (
+        "window", "policy", "failed", "req", "overflows", "comp/100", "wasted", "billed",
+        "vs post-resp.",
+    )  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for t in summary:
         table.add_row(
-            str(row["source"]),
-            str(row["window"]),
-            str(row["policy"]),
-            str(row["requests"]),
-            str(row["overflows"]),
-            str(row["compactions"]),
-            f"{float(str(row['cache_eligible_share'])):.0%}",
+            f"{_int(t['window']) // 1024}k",
+            str(t["policy"]),
+            f"{t['failed_sessions']}/{t['sessions']}",
+            f"{_int(t['requests']):,}",
+            str(t["overflows"]),
+            str(t["compactions_per_100_requests"]),
+            f"{float(str(t['wasted_headroom_mean'])):.1%}",
+            f"{_int(t['billed_prompt_tokens']):,}",
+            "–" if t["policy"] == BASELINE else _pct(t["billed_vs_post_response"]),
         )
-    Console().print(table)
-    cairn_overflows = sum(int(str(r["overflows"])) for r in rows if r["policy"] == "cairn")
-    print(f"cairn overflows: {cairn_overflows} (must be 0)", file=sys.stderr)
+    Console(width=120).print(table)
+    for f in failed:
+        print(
+            f"FAILED {f['source']} {_int(f['window']) // 1024}k {f['session']} "
+            f"({', '.join(str(p) for p in _list(f['policies']))}): {f['reason']}",
+            file=sys.stderr,
+        )
+    cairn = [t for t in summary if t["policy"] == "cairn"]
+    overflows = sum(_int(t["overflows"]) for t in cairn)
+    cairn_failed = sum(_int(t["failed_sessions"]) for t in cairn)
+    print(
+        f"cairn overflows: {overflows} (must be 0); "
+        f"cairn failed sessions: {cairn_failed} (must be 0)",
+        file=sys.stderr,
+    )
     return 0
 
 

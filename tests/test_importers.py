@@ -950,3 +950,107 @@ def test_cairn_bad_line_in_the_middle(tmp_path: Path) -> None:
     assert result.format == "cairn"
     assert [m.text for m in only(result).messages] == ["one", "three"]
     assert result.warnings[0].startswith("line 3: not valid JSON")
+
+
+# ---------------------------------------------------------------------------
+# Content the host injected into user turns is synthetic
+
+
+def test_injected_split_rules() -> None:
+    from cairn.replay.importers._common import Injected
+
+    rules = Injected(tags=("system-reminder", "ide_selection"), markers=frozenset({"[stop]"}))
+    assert rules.split("plain text\n") == [("plain text\n", False)]  # untouched
+    assert rules.split("a <system-reminder>r</system-reminder>\n\n b") == [
+        ("a", False),
+        ("<system-reminder>r</system-reminder>", True),
+        ("b", False),
+    ]
+    tagged = '<ide_selection path="x.py">\nsel\n</ide_selection>'
+    assert rules.split(tagged) == [(tagged, True)]
+    assert rules.split("<ide_selection>never closed") == [("<ide_selection>never closed", False)]
+    assert rules.split(" [stop] ") == [(" [stop] ", True)]
+    assert rules.split("<system-reminder>r</system-reminder>[stop]") == [
+        ("<system-reminder>r</system-reminder>", True),
+        ("[stop]", True),
+    ]
+
+
+def test_claude_code_ide_content_and_reminders_are_not_typed(tmp_path: Path) -> None:
+    opened = (
+        "<ide_opened_file>The user opened the file /w/money.py in the IDE. This may or may "
+        "not be related to the current task.</ide_opened_file>"
+    )
+    selection = (
+        "<ide_selection>The user selected lines 1 to 2 of /w/money.py:\nx = 1\n</ide_selection>"
+    )
+    reminder = "<system-reminder>The todo list is empty.</system-reminder>"
+    records = [
+        claude(
+            "user",
+            "u1",
+            [{"type": "text", "text": opened}, {"type": "text", "text": "Why does rounding fail?"}],
+        ),
+        claude("assistant", "a1", [{"type": "text", "text": "Looking."}], message_id="m1"),
+        claude("user", "u2", f"{selection}\n\nexplain this {reminder} briefly"),
+        claude("assistant", "a2", [{"type": "text", "text": "It sets x."}], message_id="m2"),
+        claude("user", "u3", reminder),
+        claude("user", "u4", [{"type": "text", "text": "[Request interrupted by user]"}]),
+        claude("assistant", "a3", [{"type": "text", "text": "Stopped."}], message_id="m3"),
+    ]
+    session = only(import_sessions(jsonl(tmp_path / "c.jsonl", records)))
+    typed = [(m.id, m.text) for m in session.messages if m.role == "user" and not m.meta.synthetic]
+    injected = [(m.id, m.text) for m in session.messages if m.role == "user" and m.meta.synthetic]
+    assert typed == [
+        ("u1#2", "Why does rounding fail?"),
+        ("u2#2", "explain this"),
+        ("u2#4", "briefly"),
+    ]
+    assert injected == [
+        ("u1", opened),
+        ("u2", selection),
+        ("u2#3", reminder),
+        ("u3", reminder),  # a turn that is all injected content is wholly synthetic
+        ("u4", "[Request interrupted by user]"),
+    ]
+    assert roles(session) == "UUAUUUUAUUA"  # kept in place: the model saw all of it
+    assert_sound(session)
+
+
+def test_codex_injected_instructions_and_environment_are_not_typed(tmp_path: Path) -> None:
+    def user_item(*texts: str) -> dict[str, object]:
+        content = [{"type": "input_text", "text": t} for t in texts]
+        return {
+            "timestamp": "t",
+            "type": "response_item",
+            "payload": {"type": "message", "role": "user", "content": content},
+        }
+
+    agents = "# AGENTS.md instructions for /repo\n\n<INSTRUCTIONS>\nRun make test.\n</INSTRUCTIONS>"
+    environment = "<environment_context>\n  <cwd>/repo</cwd>\n</environment_context>"
+    answer = {
+        "timestamp": "t",
+        "type": "response_item",
+        "payload": {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "ok"}],
+        },
+    }
+    records = [
+        {"timestamp": "t", "type": "session_meta", "payload": {"id": "r2"}},
+        user_item(agents),
+        user_item(environment),
+        user_item("<user_instructions>Be terse.</user_instructions>", "Fix the rounding bug."),
+        answer,
+    ]
+    # No user_message events here: the markers alone tell what Codex wrote.
+    session = only(import_sessions(jsonl(tmp_path / "rollout.jsonl", records)))
+    users = [(m.text, m.meta.synthetic) for m in session.messages if m.role == "user"]
+    assert users == [
+        (agents, True),
+        (environment, True),
+        ("<user_instructions>Be terse.</user_instructions>", True),
+        ("Fix the rounding bug.", False),
+    ]
+    assert_sound(session)

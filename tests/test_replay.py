@@ -68,7 +68,7 @@ def requests_in_transcript(path: Path) -> list[list[Message]]:
 @pytest.mark.parametrize("window", [8_192, 16_384, 32_768])
 def test_cairn_never_overflows_and_never_splits_a_round(tmp_path: Path, window: int) -> None:
     report = replay(long_session(), tmp_path, window)
-    assert report.skipped is None
+    assert report.failure is None
     assert len(report.requests) == 41
     assert report.overflows == 0
     assert report.peak_tokens <= report.input_budget
@@ -118,12 +118,14 @@ def test_projection_error_is_measured_against_the_exact_count(tmp_path: Path) ->
     assert report.requests[0].projected_tokens is not None
 
 
-def test_a_window_too_small_for_the_system_prompt_is_reported_not_replayed(tmp_path: Path) -> None:
+def test_a_window_too_small_for_the_system_prompt_is_a_failure(tmp_path: Path) -> None:
     huge = RecordedSession(
         "big-prompt", (user("hi"), assistant("hello")), (system("rule " * 20_000),)
     )
     report = replay(huge, tmp_path, 8_192)
-    assert report.skipped is not None and "window too small" in report.skipped
+    assert report.failed and report.failure is not None
+    assert report.failure.startswith("window too small")
+    assert f"{report.fixed_tokens:,} tokens (as recorded)" in report.failure
     assert report.requests == ()
 
 
@@ -160,7 +162,8 @@ def test_summary_json_has_every_documented_key(tmp_path: Path) -> None:
     for key in (
         "source", "format", "window", "tokenizer", "policy", "sessions", "requests", "overflows",
         "peak_tokens", "compactions", "snips", "handoffs", "billed_prompt_tokens",
-        "cache_eligible_tokens", "projection_error", "pipeline_seconds",
+        "cache_eligible_tokens", "projection_error", "pipeline_seconds", "failed_sessions",
+        "failures", "fixed_context", "compactions_per_100_requests", "wasted_headroom",
     ):  # fmt: skip
         assert key in data
     assert set(data["projection_error"]) == {"mean_abs_pct", "max_under_pct", "max_over_pct"}  # type: ignore[arg-type]

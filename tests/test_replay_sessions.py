@@ -34,10 +34,16 @@ def test_cairn_replays_every_shipped_session_inside_the_window(
     reports = asyncio.run(replay_sessions(imported.sessions, ReplayOptions(window), tmp_path))
     assert len(reports) == len(imported.sessions)
     for report in reports:
-        if report.skipped is not None:
-            # Only a fixed context that cannot fit may stop a replay, and it says so.
-            assert report.skipped.startswith("window too small")
+        if report.failure is not None and report.refused_tokens is None:
+            # A fixed context that cannot fit stops a replay before it starts, and says so.
+            assert report.failure.startswith("window too small"), report.failure
+            assert report.fixed_tokens >= report.input_budget
+            assert report.requests == ()
             continue
+        if report.failure is not None:
+            # The pipeline may refuse a request only when it really is too large.
+            assert report.refused_tokens is not None
+            assert report.refused_tokens > report.input_budget, report.failure
         assert report.overflows == 0, f"{report.name}: {report.overflows} requests overflowed"
         transcript = Path(report.transcript or "")
         # The table's compactions are exactly the checkpoints written.

@@ -63,7 +63,9 @@ def _add_replay(subparsers: Subparsers) -> None:
             "Import a recorded session (Claude Code, Codex, SWE-agent, OpenHands, tau-bench, "
             "OpenAI chat JSON or Cairn's own) and replay it request by request under a "
             "context window: every handoff, snip and compaction, exact token counts, "
-            "overflows, billed and cache-eligible tokens."
+            "overflows, billed and cache-eligible tokens. Exit code 1 when a session fails "
+            "(the window cannot hold its fixed context, or a request could not be brought "
+            "under the input budget), 2 on a usage or import error."
         ),
     )
     parser.add_argument("path", metavar="FILE", type=Path, help="the recorded session")
@@ -80,6 +82,16 @@ def _add_replay(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--tokenizer", default="cl100k", help="exact tokenizer for true sizes (default: cl100k)"
+    )
+    parser.add_argument(
+        "--fixed-tokens",
+        default="auto",
+        metavar="N|auto",
+        help=(
+            "true size of the system prompt and tool schemas every request carries; auto "
+            "(default): inferred from the recorded usage, else the format's default (Claude "
+            "Code and Codex do not record them), else what the recording holds"
+        ),
     )
     parser.add_argument("--summarizer", default="fallback", help="fallback (default) or llm")
     parser.add_argument(
@@ -116,6 +128,7 @@ def _run_replay(args: argparse.Namespace) -> int:
             compare=args.compare,
             as_json=args.as_json,
             report=args.report,
+            fixed_tokens=args.fixed_tokens,
         )
     )
 
@@ -129,6 +142,8 @@ def _run_print(args: argparse.Namespace) -> int:
             output_format=args.output_format,
             resume=args.resume,
             model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
             permission_mode=args.permission_mode,
             max_turns=args.max_turns,
             workspace=Path.cwd(),
@@ -161,6 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     headless.add_argument("--resume", metavar="ID", help="continue session ID of this workspace")
     headless.add_argument("--model", help="the model name (overrides CAIRN_MODEL and settings)")
+    headless.add_argument(
+        "--context-window",
+        type=int,
+        metavar="N",
+        help="the model's window in tokens (overrides CAIRN_CONTEXT_WINDOW and settings)",
+    )
+    headless.add_argument(
+        "--max-output-tokens",
+        type=int,
+        metavar="N",
+        help="the response cap, also the output reserve (overrides CAIRN_MAX_OUTPUT_TOKENS)",
+    )
     headless.add_argument(
         "--permission-mode",
         choices=("ask", "accept-edits", "bypass"),

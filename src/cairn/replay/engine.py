@@ -7,6 +7,12 @@ request, nothing, or the old after-the-response check), build the exact
 request, count it with an exact tokenizer, simulate the provider's usage
 from that count and append the recorded answer. Every policy runs on the
 same engine, tokenizer and window, so their numbers compare.
+
+Every request carries the fixed context the recorded agent really had
+(``cairn.replay.fixed_context``). A session the replay cannot run to its
+end fails, with the reason: the fixed context alone fills the input budget,
+or the pipeline refused a request it could not bring under the budget
+(``RequestTooLargeError``); the session stops there.
 """
 
 from __future__ import annotations
@@ -21,18 +27,28 @@ import orjson
 from cairn.context.budget import input_budget
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
-from cairn.context.pipeline import CheckResult, CompactionOutcome, ContextPipeline
+from cairn.context.pipeline import (
+    CheckResult,
+    CompactionFailedError,
+    CompactionOutcome,
+    ContextPipeline,
+    RequestTooLargeError,
+)
 from cairn.context.summarizer import Summarizer
 from cairn.context.tracker import FixedContext
 from cairn.messages import Message, Usage
+from cairn.provider.config import ModelConfig
+from cairn.replay.fixed_context import (
+    REPLY_PRIMING_TOKENS,
+    FixedSource,
+    ResolvedFixedContext,
+    resolve_fixed_context,
+)
 from cairn.replay.metrics import Policy, RequestMetrics, SessionReport
 from cairn.replay.session import RecordedSession
 from cairn.store.jsonl import JsonlTranscriptStore
 from cairn.store.records import CompactionRecord, SessionRecord
 from cairn.tokens import get_tokenizer, message_counter
-
-#: Chat templates add a few tokens to prime the reply (OpenAI's accounting).
-REPLY_PRIMING_TOKENS = 3
 
 #: Tools of the recorded agents that only read, as those agents declare them.
 #: Everything else counts as writing (snip keeps it longer).
@@ -81,6 +97,10 @@ class ReplayOptions:
     config: CompactionConfig | None = None
     #: ``None``: the deterministic fallback.
     summarizer: Summarizer | None = None
+    #: The fixed context's exact size (``--fixed-tokens N``); ``None``: ``auto``.
+    fixed_tokens: int | None = None
+    #: The replayed model's response cap (the output reserve); ``None``: the default.
+    max_output_tokens: int | None = None
 
 
 async def replay_session(
@@ -91,15 +111,26 @@ async def replay_session(
     on_request: Callable[[RequestMetrics], None] | None = None,
 ) -> SessionReport:
     """Replay one session, writing Cairn's transcript of it to ``transcript_path``."""
-    config = options.config or CompactionConfig(context_window=options.window)
-    budget = input_budget(options.window, config.max_output_tokens)
+    config = options.config or CompactionConfig()
+    model = ModelConfig(
+        model="replay", context_window=options.window, max_output_tokens=options.max_output_tokens
+    )
+    budget = input_budget(options.window, model.max_output_tokens)
     count = tokens or MessageTokens(options.tokenizer)
-    fixed = FixedContext(session.system, session.tools)
-    fixed_true = count.fixed(fixed)
-    line = config.compact_ratio * budget
-    skipped = _window_too_small(session, fixed_true, line, budget, count)
-    if skipped is not None:
-        return SessionReport(session.name, options.policy, options.window, budget, skipped=skipped)
+    resolved = resolve_fixed_context(session, options.fixed_tokens, count, count.fixed)
+    report = SessionReport(
+        session.name,
+        options.policy,
+        options.window,
+        budget,
+        fixed_tokens=resolved.tokens,
+        fixed_source=resolved.source,
+        recorded_fixed_tokens=resolved.recorded_tokens,
+        compaction_line=int(config.compact_ratio * budget),
+    )
+    too_small = window_too_small(resolved.tokens, resolved.source, budget)
+    if too_small is not None:
+        return replace(report, failure=too_small)
     transcript_path.parent.mkdir(parents=True, exist_ok=True)
     if transcript_path.exists():
         transcript_path.unlink()
@@ -107,58 +138,49 @@ async def replay_session(
     pipeline = ContextPipeline(
         store,
         config,
+        model=model,
         workspace=transcript_path.parent,
         tool_effects=KNOWN_READ_ONLY_TOOLS,
         clock=lambda: 0.0,  # replays run in no time; micro compact needs real idle time
         summarizer=options.summarizer,
         artifacts_dir=transcript_path.with_suffix(""),
     )
-    replay = _Replay(pipeline, options.policy, fixed, fixed_true, budget, count, on_request)
+    replay = _Replay(pipeline, options.policy, resolved, budget, count, on_request)
     try:
-        pending: list[Message] = []
-        for message in session.messages:
-            if message.role == "assistant":
-                await replay.request(pending, message)
-                pending = []
-            else:
-                pending.append(message)
-        replay.feed(pending)
+        failure = await replay.run(session.messages)
         pipeline.end_turn()
     finally:
         pipeline.close()
-    return SessionReport(
-        session.name,
-        options.policy,
-        options.window,
-        budget,
-        tuple(replay.metrics),
+    return replace(
+        report,
+        requests=tuple(replay.metrics),
+        failure=failure,
+        refused_tokens=replay.refused_tokens,
         transcript=str(transcript_path),
     )
 
 
-def _window_too_small(
-    session: RecordedSession, fixed_true: int, line: float, budget: int, count: MessageTokens
-) -> str | None:
-    """Why no policy can run this session in the window, if none can.
+_SOURCE_WORDS: dict[FixedSource, str] = {
+    "recorded": "as recorded",
+    "usage": "inferred from the recorded usage",
+    "default": "the format's default",
+    "flag": "set by --fixed-tokens",
+}
 
-    Every request carries the system prompt and tool schemas, and compaction
-    must keep everything the user wrote (the active-task checkpoint): when
-    those alone reach the compaction line, every request would need a
-    compaction that cannot help, and the compact block pushes it over.
+
+def window_too_small(fixed_tokens: int, source: FixedSource, budget: int) -> str | None:
+    """Why no request of the session can be sent in the window, if none can.
+
+    Every request carries the system prompt and tool schemas, and no
+    compaction can shrink them: when they alone reach the input budget,
+    nothing fits. Anything smaller is for the pipeline to handle (or refuse).
     """
-    if fixed_true >= budget:
-        return (
-            f"window too small: the system prompt and tool schemas alone take "
-            f"{fixed_true:,} tokens of the {budget:,}-token input budget"
-        )
-    typed = sum(count(m) for m in session.messages if m.role == "user" and not m.meta.synthetic)
-    if fixed_true + typed >= line:
-        return (
-            f"window too small: the system prompt and tool schemas ({fixed_true:,} tokens) "
-            f"and the user's own messages, which compaction must keep ({typed:,}), reach "
-            f"the compaction line ({int(line):,} of the {budget:,}-token input budget)"
-        )
-    return None
+    if fixed_tokens < budget:
+        return None
+    return (
+        f"window too small: the system prompt and tool schemas alone take "
+        f"{fixed_tokens:,} tokens ({_SOURCE_WORDS[source]}) of the {budget:,}-token input budget"
+    )
 
 
 class _Replay:
@@ -168,21 +190,43 @@ class _Replay:
         self,
         pipeline: ContextPipeline,
         policy: Policy,
-        fixed: FixedContext,
-        fixed_true: int,
+        fixed: ResolvedFixedContext,
         budget: int,
         count: MessageTokens,
         on_request: Callable[[RequestMetrics], None] | None,
     ) -> None:
         self.pipeline = pipeline
         self.policy = policy
-        self.fixed = fixed
-        self.fixed_true = fixed_true
+        self.fixed: FixedContext = fixed.context
+        self.fixed_true = fixed.tokens
         self.budget = budget
         self.count = count
         self.metrics: list[RequestMetrics] = []
+        #: The exact size of the request the pipeline refused to send, if it refused one.
+        self.refused_tokens: int | None = None
         self._previous: Sequence[Message] = ()
         self._on_request = on_request
+
+    async def run(self, messages: Sequence[Message]) -> str | None:
+        """Replay ``messages`` in order; the reason it stopped early, if it did."""
+        pending: list[Message] = []
+        for message in messages:
+            if message.role != "assistant":
+                pending.append(message)
+                continue
+            try:
+                await self.request(pending, message)
+            except RequestTooLargeError as exc:
+                # The pipeline refused to send it, so the session cannot go on. Its
+                # exact size tells a real "too large" from an over-estimate.
+                self.refused_tokens = self._request_tokens(self.pipeline.messages)
+                return (
+                    f"request {len(self.metrics) + 1} not sent (exact size "
+                    f"{self.refused_tokens:,} tokens, input budget {self.budget:,}): {exc}"
+                )
+            pending = []
+        self.feed(pending)
+        return None
 
     def feed(self, messages: Sequence[Message]) -> None:
         """Append user input and tool results; Cairn budgets each round of results."""
@@ -206,7 +250,9 @@ class _Replay:
         self.feed(pending)
         started = time.perf_counter()
         check: CheckResult | None = None
+        unchecked: int | None = None
         if self.policy == "cairn":
+            unchecked = self._request_tokens(self.pipeline.messages)
             check = await self.pipeline.check_and_compact(self.fixed)
             projected = check.after
         else:
@@ -223,11 +269,13 @@ class _Replay:
         self.pipeline.add(replace(answer, meta=replace(answer.meta, usage=usage)))
 
         outcome = check.compaction if check else None
+        trigger = unchecked
         if self.policy == "post-response":
             # The old behaviour: judge the response's usage after it arrived.
             started = time.perf_counter()
             outcome = await self._compact_after(usage)
             elapsed += time.perf_counter() - started
+            trigger = usage.context_tokens
         metrics = RequestMetrics(
             index=len(self.metrics),
             true_tokens=true_tokens,
@@ -241,6 +289,7 @@ class _Replay:
             overflow=true_tokens > self.budget,
             cache_eligible_tokens=shared,
             pipeline_seconds=elapsed,
+            trigger_tokens=trigger if outcome else None,
         )
         self.metrics.append(metrics)
         if self._on_request is not None:
@@ -250,7 +299,11 @@ class _Replay:
         config = self.pipeline.config
         if usage.context_tokens < config.compact_ratio * self.budget:
             return None
-        return await self.pipeline.compact(self.fixed)
+        try:
+            return await self.pipeline.compact(self.fixed)
+        except CompactionFailedError:
+            # Nothing it could compact yet: the old check simply went on.
+            return None
 
     def _request_tokens(self, messages: Sequence[Message]) -> int:
         return self.fixed_true + sum(self.count(m) for m in messages) + REPLY_PRIMING_TOKENS

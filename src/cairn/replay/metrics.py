@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from cairn.messages import JSONObject
+from cairn.replay.fixed_context import FixedSource
 
 Policy: TypeAlias = Literal["cairn", "none", "post-response"]
 POLICIES: tuple[Policy, ...] = ("cairn", "none", "post-response")
@@ -32,6 +33,10 @@ class RequestMetrics:
     #: Tokens of the longest prefix shared with the previous request.
     cache_eligible_tokens: int = 0
     pipeline_seconds: float = 0.0
+    #: On a compaction: the exact size of the request that triggered it (cairn:
+    #: the context as it stood before the check; post-response: the answered
+    #: request's prompt and completion, which the old check judged).
+    trigger_tokens: int | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -73,11 +78,30 @@ class SessionReport:
     window: int
     input_budget: int
     requests: tuple[RequestMetrics, ...] = ()
-    #: Why the session was not replayed (e.g. the window is too small), if it was not.
-    skipped: str | None = None
+    #: Why the session could not be replayed to its end (the window is too
+    #: small for the fixed context, or a request could not be brought under
+    #: the input budget), if it could not. A failed session is a failure in
+    #: the totals and the exit code, never "0 overflows".
+    failure: str | None = None
     #: Compaction records in the replayed transcript (cross-checked against the table).
     transcript: str | None = None
     warnings: tuple[str, ...] = field(default=())
+    #: The exact size of the system prompt and tool schemas every request carried.
+    fixed_tokens: int = 0
+    #: Where that size came from (see ``cairn.replay.fixed_context``).
+    fixed_source: FixedSource = "recorded"
+    #: The exact size of the part the recording itself carries.
+    recorded_fixed_tokens: int = 0
+    #: ``compact_ratio`` × input budget: where compaction is due.
+    compaction_line: int = 0
+    #: The exact size of the request the pipeline refused to send (then the
+    #: session failed there); over the input budget unless the refusal came
+    #: from an over-estimate.
+    refused_tokens: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
 
     @property
     def overflows(self) -> int:
@@ -111,6 +135,27 @@ class SessionReport:
     def pipeline_seconds(self) -> float:
         return sum(r.pipeline_seconds for r in self.requests)
 
+    @property
+    def wasted_headroom(self) -> tuple[float, ...]:
+        """Per compaction, the room it left unused: (line − trigger size) / budget, ≥ 0."""
+        return tuple(
+            wasted_headroom(self.compaction_line, r.trigger_tokens, self.input_budget)
+            for r in self.requests
+            if r.compaction is not None and r.trigger_tokens is not None
+        )
+
+
+def wasted_headroom(line: int, trigger_tokens: int, budget: int) -> float:
+    """How early a compaction came, as a share of the input budget (0: at or over the line).
+
+    A compaction triggered by a request whose exact size was already at the
+    compaction line wasted nothing; one triggered at 60 % of the budget
+    under an 80 % line threw away 20 % of the budget it could still have used.
+    """
+    if budget <= 0:
+        return 0.0
+    return max(0.0, (line - trigger_tokens) / budget)
+
 
 @dataclass(frozen=True)
 class ReplaySummary:
@@ -132,6 +177,8 @@ class ReplaySummary:
         requests = self.requests
         billed = sum(s.billed_prompt_tokens for s in sessions)
         cached = sum(s.cache_eligible_tokens for s in sessions)
+        compactions = sum(s.compactions for s in sessions)
+        wasted = [w for s in sessions for w in s.wasted_headroom]
         return {
             "source": self.source,
             "format": self.format,
@@ -140,13 +187,21 @@ class ReplaySummary:
             "tokenizer": self.tokenizer,
             "policy": self.policy,
             "sessions": len(sessions),
-            "skipped_sessions": [
-                {"name": s.name, "reason": s.skipped} for s in sessions if s.skipped
+            "failed_sessions": sum(s.failed for s in sessions),
+            "failures": [
+                {"name": s.name, "reason": s.failure, "requests": len(s.requests)}
+                for s in sessions
+                if s.failure is not None
             ],
+            "fixed_context": _fixed_context(sessions),
             "requests": len(requests),
             "overflows": sum(s.overflows for s in sessions),
             "peak_tokens": max((s.peak_tokens for s in sessions), default=0),
-            "compactions": sum(s.compactions for s in sessions),
+            "compactions": compactions,
+            "compactions_per_100_requests": (
+                round(100 * compactions / len(requests), 2) if requests else 0.0
+            ),
+            "wasted_headroom": _headroom(wasted),
             "snips": sum(s.snips for s in sessions),
             "handoffs": sum(s.handoffs for s in sessions),
             "billed_prompt_tokens": billed,
@@ -155,3 +210,24 @@ class ReplaySummary:
             "projection_error": ProjectionError.of(requests).to_dict(),
             "pipeline_seconds": round(sum(s.pipeline_seconds for s in sessions), 6),
         }
+
+
+def _fixed_context(sessions: Sequence[SessionReport]) -> JSONObject:
+    """The fixed context's exact size over the sessions, and how often each source gave it."""
+    sizes = [s.fixed_tokens for s in sessions]
+    sources: dict[str, int] = {}
+    for s in sessions:
+        sources[s.fixed_source] = sources.get(s.fixed_source, 0) + 1
+    return {
+        "min_tokens": min(sizes, default=0),
+        "max_tokens": max(sizes, default=0),
+        "sources": dict(sorted(sources.items())),
+    }
+
+
+def _headroom(wasted: Sequence[float]) -> JSONObject:
+    return {
+        "compactions": len(wasted),
+        "mean": round(sum(wasted) / len(wasted), 4) if wasted else 0.0,
+        "max": round(max(wasted), 4) if wasted else 0.0,
+    }

@@ -30,16 +30,16 @@ CSV_FIELDS = (
     "overflow",
     "cache_eligible_tokens",
     "pipeline_us",
+    "trigger_tokens",
 )
 
 
 def session_row(session: SessionReport) -> list[str]:
-    if session.skipped:
-        return [session.name, "–", "–", "–", "–", "–", "–", session.skipped]
     billed = session.billed_prompt_tokens
     share = session.cache_eligible_tokens / billed if billed else 0.0
     return [
         session.name,
+        f"{session.fixed_tokens:,} {session.fixed_source}",
         str(len(session.requests)),
         str(session.overflows),
         f"{session.peak_tokens:,}",
@@ -47,7 +47,13 @@ def session_row(session: SessionReport) -> list[str]:
         str(session.snips),
         f"{billed:,}",
         f"{share:.0%}",
+        "ok" if session.failure is None else f"FAILED: {session.failure}",
     ]
+
+
+SESSION_COLUMNS = (
+    "session", "fixed", "req", "over", "peak", "comp", "snips", "billed", "cached", "status",
+)  # fmt: skip
 
 
 def render_summary(console: Console, summary: ReplaySummary) -> None:
@@ -60,16 +66,18 @@ def render_summary(console: Console, summary: ReplaySummary) -> None:
         render_comparison(console, [summary], title=title)
         return
     table = Table(title=title, title_justify="left")
-    for name in ("session", "req", "over", "peak", "comp", "snips", "billed", "cached"):
-        table.add_column(name, justify="left" if name == "session" else "right")
+    for name in SESSION_COLUMNS:
+        table.add_column(name, justify="left" if name in ("session", "status") else "right")
     for session in summary.sessions[:50]:
         table.add_row(*session_row(session))
     if len(summary.sessions) > 50:
         table.add_row(f"… {len(summary.sessions) - 50} more (see --json or --report)")
     totals = summary.to_dict()
+    failed = int(str(totals["failed_sessions"]))
     table.add_section()
     table.add_row(
         f"all {totals['sessions']}",
+        _format(totals["fixed_context"], "fixed_context"),
         str(totals["requests"]),
         str(totals["overflows"]),
         _format(totals["peak_tokens"], "peak_tokens"),
@@ -77,15 +85,21 @@ def render_summary(console: Console, summary: ReplaySummary) -> None:
         str(totals["snips"]),
         _format(totals["billed_prompt_tokens"], "billed_prompt_tokens"),
         _format(totals["cache_eligible_share"], "cache_eligible_share"),
+        "ok" if not failed else f"FAILED: {failed} of {totals['sessions']}",
     )
     console.print(table)
+    render_failures(console, [summary])
 
 
 COMPARE_ROWS: tuple[tuple[str, str], ...] = (
+    ("fixed context tokens (source)", "fixed_context"),
+    ("failed sessions", "failed_sessions"),
     ("requests", "requests"),
     ("overflows (over the input budget)", "overflows"),
     ("peak prompt tokens", "peak_tokens"),
     ("compactions", "compactions"),
+    ("compactions per 100 requests", "compactions_per_100_requests"),
+    ("headroom wasted per compaction, mean", "wasted_headroom.mean"),
     ("results elided by snip", "snips"),
     ("handoffs", "handoffs"),
     ("prompt tokens billed", "billed_prompt_tokens"),
@@ -110,6 +124,24 @@ def render_comparison(
     for label, key in COMPARE_ROWS:
         table.add_row(label, *(_format(_lookup(d, key), key) for d in dicts))
     console.print(table)
+    render_failures(console, summaries)
+
+
+def render_failures(console: Console, summaries: Sequence[ReplaySummary]) -> None:
+    """One line per failed session and policy, with the reason: never a silent zero."""
+    for summary in summaries:
+        for session in summary.sessions:
+            if session.failure is not None:
+                console.print(
+                    f"[bold red]FAILED[/] {session.name} (policy {summary.policy}, "
+                    f"{len(session.requests)} requests replayed): {session.failure}",
+                    highlight=False,
+                )
+
+
+def failed_sessions(summaries: Sequence[ReplaySummary]) -> int:
+    """How many (session, policy) replays failed."""
+    return sum(s.failed for summary in summaries for s in summary.sessions)
 
 
 def _lookup(data: JSONObject, key: str) -> JSONValue:
@@ -122,9 +154,20 @@ def _lookup(data: JSONObject, key: str) -> JSONValue:
 def _format(value: JSONValue, key: str) -> str:
     if key == "cache_eligible_share" and isinstance(value, float):
         return f"{value:.1%}"
+    if key == "wasted_headroom.mean" and isinstance(value, float):
+        return f"{value:.1%}"
+    if key == "fixed_context" and isinstance(value, dict):
+        return _fixed_label(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)
+
+
+def _fixed_label(fixed: JSONObject) -> str:
+    low, high, sources = fixed.get("min_tokens"), fixed.get("max_tokens"), fixed.get("sources")
+    size = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    names = ", ".join(sources) if isinstance(sources, dict) else ""
+    return f"{size} ({names})" if names else size
 
 
 def summary_json(summaries: Sequence[ReplaySummary]) -> JSONObject:
@@ -187,6 +230,7 @@ def write_report(
                             int(r.overflow),
                             r.cache_eligible_tokens,
                             round(r.pipeline_seconds * 1e6, 1),
+                            "" if r.trigger_tokens is None else r.trigger_tokens,
                         ]
                     )
     png = plot_context(
@@ -201,7 +245,12 @@ def write_report(
 def _session_json(session: SessionReport) -> JSONObject:
     return {
         "name": session.name,
-        "skipped": session.skipped,
+        "failed": session.failure is not None,
+        "failure": session.failure,
+        "refused_tokens": session.refused_tokens,
+        "fixed_tokens": session.fixed_tokens,
+        "fixed_source": session.fixed_source,
+        "recorded_fixed_tokens": session.recorded_fixed_tokens,
         "transcript": session.transcript,
         "requests": len(session.requests),
         "overflows": session.overflows,
@@ -209,6 +258,7 @@ def _session_json(session: SessionReport) -> JSONObject:
         "compactions": session.compactions,
         "snips": session.snips,
         "handoffs": session.handoffs,
+        "wasted_headroom": [round(w, 4) for w in session.wasted_headroom],
         "billed_prompt_tokens": session.billed_prompt_tokens,
         "cache_eligible_tokens": session.cache_eligible_tokens,
         "projection_error": ProjectionError.of(session.requests).to_dict(),

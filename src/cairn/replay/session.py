@@ -20,13 +20,16 @@ class RecordedSession:
     ``messages`` holds user, assistant and tool messages in recorded order,
     every tool call followed by its results (an importer pairs them, or
     reports what it could not pair). Each assistant message is one request
-    the recorded agent made.
+    the recorded agent made. ``format`` names the importer that read it
+    (``""`` for a session built in code): the replay looks up what that
+    format's recordings leave out of the fixed context.
     """
 
     name: str
     messages: tuple[Message, ...]
     system: tuple[Message, ...] = ()
     tools: tuple[JSONObject, ...] = ()
+    format: str = ""
 
 
 @dataclass(frozen=True)

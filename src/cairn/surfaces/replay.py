@@ -1,4 +1,9 @@
-"""``cairn replay``: run a recorded session through the pipeline and show what happened."""
+"""``cairn replay``: run a recorded session through the pipeline and show what happened.
+
+Exit codes: 0 every session replayed to its end; 1 some session failed (the
+window is too small for its fixed context, or a request could not be brought
+under the input budget), each named with its reason; 2 a usage or import error.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -19,12 +23,21 @@ from cairn.context.config import CompactionConfig
 from cairn.context.summarize import LLMSummarizer
 from cairn.context.summarizer import Summarizer
 from cairn.provider import OpenAIProvider, model_from_env
-from cairn.replay.engine import ReplayOptions, replay_sessions
+from cairn.provider.config import MIN_CONTEXT_WINDOW
+from cairn.replay.engine import MessageTokens, ReplayOptions, replay_sessions
+from cairn.replay.fixed_context import FixedContextError, check_requested, recorded_fixed
 from cairn.replay.metrics import POLICIES, Policy, ReplaySummary, RequestMetrics
-from cairn.replay.report import render_comparison, render_summary, summary_json, write_report
+from cairn.replay.report import (
+    failed_sessions,
+    render_comparison,
+    render_summary,
+    summary_json,
+    write_report,
+)
 from cairn.replay.session import ImportResult, SessionImportError
 from cairn.tokens import TokenizerError, get_tokenizer
 
+EXIT_FAILED = 1
 EXIT_ERROR = 2
 SUMMARIZERS = ("fallback", "llm")
 
@@ -45,13 +58,15 @@ class ReplayArgs:
     compare: bool
     as_json: bool
     report: Path | None
+    #: ``--fixed-tokens``: a whole number of tokens, or ``auto``.
+    fixed_tokens: str = "auto"
 
 
 def run_replay(args: ReplayArgs) -> int:
     err = Console(stderr=True)
     try:
-        imported, config = _prepare(args)
-    except (SessionImportError, ReplayUsageError, TokenizerError) as exc:
+        imported, config, fixed_tokens = _prepare(args)
+    except (SessionImportError, ReplayUsageError, FixedContextError, TokenizerError) as exc:
         print(f"cairn replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
@@ -76,7 +91,14 @@ def run_replay(args: ReplayArgs) -> int:
                     asyncio.run(
                         replay_sessions(
                             imported.sessions,
-                            ReplayOptions(args.window, policy, args.tokenizer, config, summarizer),
+                            ReplayOptions(
+                                args.window,
+                                policy,
+                                args.tokenizer,
+                                config,
+                                summarizer,
+                                fixed_tokens,
+                            ),
                             folder / policy if len(policies) > 1 else folder,
                             on_request=tick,
                         )
@@ -95,10 +117,11 @@ def run_replay(args: ReplayArgs) -> int:
             if args.report is not None
             else []
         )
+    failed = failed_sessions(summaries)
     if args.as_json:
         sys.stdout.buffer.write(orjson.dumps(summary_json(summaries)) + b"\n")
         sys.stdout.flush()
-        return 0
+        return _exit(failed, 'the reasons are under "failures"')
     out = Console()
     for warning in imported.warnings[:20]:
         err.print(f"[yellow]warning:[/] {warning}", highlight=False)
@@ -111,7 +134,38 @@ def run_replay(args: ReplayArgs) -> int:
         render_comparison(out, summaries)
     for path in written:
         out.print(f"wrote {path}", highlight=False)
-    return 0
+    return _exit(failed, "reasons above")
+
+
+def _exit(failed: int, where: str) -> int:
+    """1 when any session failed, said on stderr; 0 otherwise."""
+    if not failed:
+        return 0
+    replays = "replay" if failed == 1 else "replays"
+    print(f"cairn replay: {failed} session {replays} failed ({where})", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def parse_fixed_tokens(text: str) -> int | None:
+    """``--fixed-tokens``: ``auto`` (``None``) or a whole number of tokens, 0 or more."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ReplayUsageError(
+            f"--fixed-tokens must be 'auto' or a whole number of tokens (0 or more), got {text!r}"
+        )
+    return value
+
+
+def check_fixed_tokens(imported: ImportResult, fixed_tokens: int, tokenizer: str) -> None:
+    """``--fixed-tokens N`` must cover what every session's recording carries."""
+    count = MessageTokens(tokenizer)
+    for session in imported.sessions:
+        check_requested(session.name, fixed_tokens, count.fixed(recorded_fixed(session)))
 
 
 def _summarizer(name: str) -> Summarizer | None:
@@ -127,22 +181,24 @@ def _summarizer(name: str) -> Summarizer | None:
     return LLMSummarizer(OpenAIProvider(model), model)
 
 
-def _prepare(args: ReplayArgs) -> tuple[ImportResult, CompactionConfig]:
+def _prepare(args: ReplayArgs) -> tuple[ImportResult, CompactionConfig, int | None]:
     if args.summarizer not in SUMMARIZERS:
         raise ReplayUsageError(f"unknown summarizer {args.summarizer!r}; choose fallback or llm")
-    try:
-        config = CompactionConfig(context_window=args.window)
-    except ValidationError:
+    if args.window < MIN_CONTEXT_WINDOW:
         raise ReplayUsageError(
-            f"--window must be at least 1024 tokens, got {args.window}"
-        ) from None
+            f"--window must be at least {MIN_CONTEXT_WINDOW} tokens, got {args.window}"
+        )
+    config = CompactionConfig()
+    fixed_tokens = parse_fixed_tokens(args.fixed_tokens)
     get_tokenizer(args.tokenizer)  # fail before any work if it is unknown or not installed
     from cairn.replay.importers import import_sessions
 
     imported = import_sessions(args.path, args.format, args.session)
     if not imported.sessions:
         raise SessionImportError(f"{args.path}: no session to replay")
-    return imported, config
+    if fixed_tokens is not None:
+        check_fixed_tokens(imported, fixed_tokens, args.tokenizer)
+    return imported, config, fixed_tokens
 
 
 @contextmanager

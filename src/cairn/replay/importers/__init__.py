@@ -25,7 +25,12 @@ What every importer guarantees:
   ``"[no result was recorded for this call]"`` (``meta.synthetic``); a result
   no call asked for is dropped. Each repair is one warning naming the line or
   key, and ``find_orphans`` finds nothing in the output;
-- tool results hold their text, with images as ``ImagePart``.
+- tool results hold their text, with images as ``ImagePart``;
+- what the host wrote into a user turn, not the user (Claude Code's IDE
+  selections and reminders, Codex's environment and AGENTS.md text, …), is a
+  user message of its own marked ``meta.synthetic``, in place;
+- ``RecordedSession.format`` names the format (the replay looks up what that
+  format's recordings leave out of the fixed context).
 
 Errors are ``SessionImportError`` with one line: a missing path or a
 directory names the path; a file no format matches names the path; a file
@@ -66,6 +71,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -128,8 +134,9 @@ def import_sessions(
     source = Source.read(path)
     chosen = _detect(source) if format == "auto" else format
     loaded = IMPORTERS[chosen](source, session)
+    sessions = tuple(replace(s, format=chosen) for s in loaded.sessions)
     return ImportResult(
-        source=source.path, format=chosen, sessions=loaded.sessions, warnings=loaded.warnings
+        source=source.path, format=chosen, sessions=sessions, warnings=loaded.warnings
     )
 
 

@@ -302,6 +302,86 @@ def content_part(block: Mapping[str, object]) -> ContentPart | None:
 
 
 # ---------------------------------------------------------------------------
+# Content the host injected into user turns
+
+
+@dataclass(frozen=True)
+class Injected:
+    """How a format's host marks what it writes into user turns.
+
+    ``tags``: elements ``<tag …>…</tag>`` the host wraps its text in (an IDE
+    selection, a reminder, the environment); ``markers``: whole texts the
+    host writes in the user's place; ``prefixes``: texts the host starts with
+    (a heading it puts before injected instructions).
+    """
+
+    tags: tuple[str, ...] = ()
+    markers: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str] | None:
+        if not self.tags:
+            return None
+        names = "|".join(re.escape(tag) for tag in self.tags)
+        return re.compile(rf"<({names})(?:\s[^>]*)?>.*?</\1>", re.S)
+
+    def whole(self, text: str) -> bool:
+        """Is all of ``text`` written by the host?"""
+        stripped = text.strip()
+        return stripped in self.markers or stripped.startswith(self.prefixes)
+
+    def split(self, text: str) -> list[tuple[str, bool]]:
+        """``text`` as ``(segment, injected)`` pairs in order.
+
+        Each injected element is a segment of its own; what lies between
+        them is the user's, trimmed (the host joins its blocks with blank
+        lines), and dropped when blank. A text with no injected element comes
+        back whole and unchanged.
+        """
+        if self.whole(text):
+            return [(text, True)]
+        pattern = self.pattern
+        if pattern is None or pattern.search(text) is None:
+            return [(text, False)]
+        segments: list[tuple[str, bool]] = []
+        position = 0
+        for match in pattern.finditer(text):
+            typed = text[position : match.start()].strip()
+            if typed:
+                segments.append((typed, self.whole(typed)))
+            segments.append((match.group(0), True))
+            position = match.end()
+        rest = text[position:].strip()
+        if rest:
+            segments.append((rest, self.whole(rest)))
+        return segments
+
+
+def injected_runs(
+    parts: Sequence[ContentPart], injected: Injected
+) -> list[tuple[list[ContentPart], bool]]:
+    """The parts of one user turn, grouped into runs that are all typed or all injected.
+
+    Text parts are split at injected elements; an image goes with the text
+    around it as the user's. The runs keep the recorded order.
+    """
+    runs: list[tuple[list[ContentPart], bool]] = []
+    for part in parts:
+        pieces: list[tuple[ContentPart, bool]] = (
+            [(TextPart(text), flag) for text, flag in injected.split(part.text)]
+            if isinstance(part, TextPart)
+            else [(part, False)]
+        )
+        for piece, flag in pieces:
+            if runs and runs[-1][1] == flag:
+                runs[-1][0].append(piece)
+            else:
+                runs.append(([piece], flag))
+    return runs
+
+
+# ---------------------------------------------------------------------------
 # OpenAI chat messages (openai, tau-bench, SWE-agent, OpenHands responses)
 
 _ROLE_ALIASES: Mapping[str, Role] = {

@@ -21,10 +21,15 @@ taken in file order (branches left by a rewind are not untangled).
   size), completion = ``output_tokens``; the two cache numbers are kept.
 - **User**: ``tool_result`` blocks become tool messages (text, or text and
   images; ``is_error`` → ``meta.tool_error``), placed before any other text
-  of the record, which becomes one user message. Ids: the record's ``uuid``
+  of the record, which becomes a user message. Ids: the record's ``uuid``
   (``<uuid>#2``, ``#3`` … for further messages made from one record).
-  ``isMeta`` user records (written by Claude Code, not typed) are marked
-  ``meta.synthetic``.
+- **Injected content**: what Claude Code itself wrote into a user turn —
+  ``<ide_selection>``, ``<ide_opened_file>``, ``<system-reminder>``,
+  ``<local-command-stdout>``/``<local-command-caveat>`` elements and the
+  ``[Request interrupted by user…]`` marks — becomes a user message of its
+  own marked ``meta.synthetic``, in place: the model saw it, the user did not
+  type it. The typed text around it stays a plain user message; a turn that
+  is all injected content is wholly synthetic, as are ``isMeta`` records.
 
 Claude Code does not write the system prompt or the tool schemas into the
 transcript, so ``system`` and ``tools`` are empty.
@@ -39,6 +44,7 @@ from cairn.messages import ContentPart, Message, MessageMeta, TextPart, ToolCall
 from cairn.replay.importers._common import (
     Draft,
     IdMaker,
+    Injected,
     Loaded,
     RecordError,
     SessionBuilder,
@@ -47,6 +53,7 @@ from cairn.replay.importers._common import (
     content_parts,
     count,
     dump_json,
+    injected_runs,
     kind_of,
     make_content,
     opt_str,
@@ -57,6 +64,22 @@ from cairn.replay.session import SessionImportError
 FORMAT = "claude-code"
 
 _CONVERSATION = frozenset({"user", "assistant"})
+
+#: What Claude Code writes into user turns itself: the IDE's selection and
+#: open file, reminders, a local command's output, and the marks it leaves
+#: when the user interrupts a response.
+INJECTED = Injected(
+    tags=(
+        "ide_selection",
+        "ide_opened_file",
+        "system-reminder",
+        "local-command-stdout",
+        "local-command-caveat",
+    ),
+    markers=frozenset(
+        {"[Request interrupted by user]", "[Request interrupted by user for tool use]"}
+    ),
+)
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
@@ -202,12 +225,13 @@ def _user(
                 )
             elif not (isinstance(part, TextPart) and not part.text):
                 parts.append(part)
-    if parts:
-        synthetic = record.get("isMeta") is True
+    written_by_host = record.get("isMeta") is True
+    for run, injected in injected_runs(parts, INJECTED):
+        synthetic = injected or written_by_host
         builder.add(
             Message(
                 role="user",
-                content=make_content(parts),
+                content=make_content(run),
                 id=next_id(),
                 meta=MessageMeta(synthetic=True) if synthetic else MessageMeta(),
             ),

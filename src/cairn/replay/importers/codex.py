@@ -48,6 +48,7 @@ from cairn.messages import Content, ContentPart, Message, MessageMeta, TextPart,
 from cairn.replay.importers._common import (
     Draft,
     IdMaker,
+    Injected,
     Loaded,
     RecordError,
     SessionBuilder,
@@ -55,6 +56,7 @@ from cairn.replay.importers._common import (
     content_parts,
     count,
     dump_json,
+    injected_runs,
     kind_of,
     make_content,
     nonzero_exit,
@@ -69,6 +71,14 @@ FORMAT = "codex"
 _CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 _COMPACTION = frozenset({"compacted", "compaction", "compaction_summary"})
+
+#: What Codex itself writes as user messages: the environment (cwd, sandbox,
+#: shell), the user's and the repository's instructions (AGENTS.md, under a
+#: ``# AGENTS.md instructions for <dir>`` heading).
+INJECTED = Injected(
+    tags=("environment_context", "user_instructions", "INSTRUCTIONS"),
+    prefixes=("# AGENTS.md instructions for ",),
+)
 
 
 def load(source: Source, session: int | None) -> Loaded:
@@ -182,14 +192,22 @@ class _Reader:
             self.builder.add(Message(role="user", content=content, id=message_id, meta=meta), where)
         elif role == "user":
             self.started = True
-            text = "".join(p.text for p in parts if isinstance(p, TextPart)).strip()
-            synthetic = self.know_typed and text not in self.typed
-            meta = MessageMeta(synthetic=True) if synthetic else MessageMeta()
-            self.builder.add(Message(role="user", content=content, id=message_id, meta=meta), where)
+            self._user(parts, message_id, where)
         elif role == "system":
             self.builder.add(Message(role="system", content=content, id=message_id), where)
         else:
             raise RecordError(f"{where}: message with unknown role {role!r}")
+
+    def _user(self, parts: list[ContentPart], message_id: str, where: str) -> None:
+        """One user item: injected runs are synthetic, and so is text no event says was typed."""
+        whole = _text(parts) in self.typed
+        for n, (run, injected) in enumerate(injected_runs(parts, INJECTED)):
+            untyped = self.know_typed and not whole and _text(run) not in self.typed
+            meta = MessageMeta(synthetic=True) if injected or untyped else MessageMeta()
+            run_id = message_id if n == 0 else f"{message_id}#{n + 1}"
+            self.builder.add(
+                Message(role="user", content=make_content(run), id=run_id, meta=meta), where
+            )
 
     def _call(self, payload: Mapping[str, object], where: str) -> None:
         kind = payload.get("type")
@@ -245,6 +263,10 @@ class _Reader:
             lines = ", ".join(str(n) for n in numbers[:5]) + (", …" if len(numbers) > 5 else "")
             where = "line" if len(numbers) == 1 else "lines"
             self.builder.warn(f"{where} {lines}: response_item type {kind!r} not replayed; skipped")
+
+
+def _text(parts: list[ContentPart]) -> str:
+    return "".join(p.text for p in parts if isinstance(p, TextPart)).strip()
 
 
 def _output_content(raw: object, where: str, builder: SessionBuilder) -> tuple[Content, bool]:
