@@ -249,7 +249,7 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
         "  the estimate over-counts (before the fixed context is calibrated, or text the",
         "  estimate over-counts) throws this share of the budget away; 0 means every",
         "  compaction came at or past the line.",
-        "- A session *failed* as \"window too small\" cannot run under any policy: the",
+        '- A session *failed* as "window too small" cannot run under any policy: the',
         "  agent's own system prompt and tools do not fit the input budget (at 8k the",
         "  default output reserve is half the window). It is listed, never counted as 0.",
         "- *billed vs post-resp.*: prompt tokens billed ÷ those of the post-response policy,",

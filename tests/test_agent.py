@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +20,7 @@ from cairn.context import CompactionConfig
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_HANDOFF, find_orphans
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, MessageRecord, read_transcript
+from cli_run import cairn_p
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -326,21 +324,6 @@ def test_background_task_status_survives_compaction(
 
 # ---------------------------------------------------------------------------
 # cairn -p as a real subprocess
-
-
-def cairn_p(
-    *args: str, cwd: Path, env: dict[str, str], stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CAIRN_", "OPENAI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", *args],
-        cwd=cwd,
-        env={**environ, **env},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_cairn_p_runs_a_task_to_the_end(

@@ -11,9 +11,6 @@ derived from it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from cairn.provider import (
     env_entry,
     resolve_model,
 )
+from cli_run import cairn_p
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -72,18 +70,6 @@ def test_the_pipeline_budget_comes_from_the_model(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------
 # cairn -p, end to end against a real SSE server on 127.0.0.1
-
-
-def cairn_p(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CAIRN_", "OPENAI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", *args],
-        cwd=cwd,
-        env={**environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def write(path: Path, value: dict[str, Any]) -> None:

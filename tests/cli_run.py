@@ -1,0 +1,24 @@
+"""Run ``cairn`` as a real subprocess, with only the environment a test gives it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cairn_p(
+    *args: str, cwd: Path, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m cairn ARGS`` in ``cwd``; the caller's CAIRN_* and OPENAI_* are cleared."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CAIRN_", "OPENAI_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "cairn", *args],
+        cwd=cwd,
+        env={**environ, **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
