@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo demo-live test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,19 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot]'
 	touch $(STAMP)
 
+# The real model behind a real server for the end-to-end tests: llama.cpp's
+# OpenAI-compatible server (built from source by pip on first install, about
+# 10 minutes on 2 cores; pip caches the wheel) and SmolLM2-135M (98 MB).
+E2E_STAMP := $(VENV)/.installed-e2e
+TEST_MODEL := .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+$(E2E_STAMP): pyproject.toml $(STAMP)
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,e2e]'
+	touch $(E2E_STAMP)
+
+$(TEST_MODEL): | $(BIN)/python
+	$(BIN)/python scripts/fetch_test_model.py $(TEST_MODEL)
+
 # The main job: replay a real recorded session under a small window, compare the
 # three policies, write the report and plot to demo-output/ (offline).
 DEMO_SESSION := examples/sessions/ctf-web-i_got_id_demo.traj
@@ -22,12 +35,16 @@ demo: $(STAMP)
 	$(BIN)/cairn inspect demo-output/cairn/transcript.jsonl
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples scripts
+	$(BIN)/ruff format --check src tests benchmarks examples scripts
 	$(BIN)/mypy src
 
-test: lint
-	$(BIN)/python -m pytest -q
+test: lint $(E2E_STAMP) $(TEST_MODEL)
+	CAIRN_TEST_MODEL=$(abspath $(TEST_MODEL)) $(BIN)/python -m pytest -q
+
+# The agent against the real local model: watch a real model compact.
+demo-live: $(E2E_STAMP) $(TEST_MODEL)
+	$(BIN)/python scripts/demo_live.py $(abspath $(TEST_MODEL))
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimator.py
@@ -36,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
 
 clean:
-	rm -rf $(VENV) build demo-output .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build demo-output .cache .pytest_cache .mypy_cache .ruff_cache

@@ -136,6 +136,9 @@ class Reply:
     error_after: int | None = None
     #: Send this many chunks, then drop the connection mid-body.
     abort_after: int | None = None
+    #: Send this many chunks, then end the body cleanly with no ``[DONE]``: what
+    #: llama-cpp-python's server does with a stream it cannot serve (0: empty).
+    end_after: int | None = None
     #: Stall until the test sets it: before the response starts
     #: (``hold_after=None``) or after ``hold_after`` chunks.
     hold: threading.Event | None = None
@@ -334,6 +337,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._wait(reply.hold)
             if reply.abort_after == sent:
                 self._abort()
+                return
+            if reply.end_after == sent:
+                self._write_chunk(b"")
                 return
             if reply.error_after == sent:
                 error = reply.error or ErrorSpec("stream failed", type="server_error")

@@ -776,3 +776,43 @@ def test_the_server_omits_usage_unless_asked(openai_server: OpenAIServer) -> Non
     chunks = run(scenario)
     assert all(chunk.usage is None for chunk in chunks)
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+# ---------------------------------------------------------------------------
+# A server that drops a stream it cannot serve (llama-cpp-python's server)
+
+
+def test_a_stream_dropped_before_any_chunk_is_probed_for_a_context_limit(
+    openai_server: OpenAIServer,
+) -> None:
+    """Regression (found against the real llama.cpp server): a prompt over ``n_ctx`` got
+    HTTP 200 and an empty stream, so the context limit went unrecognised."""
+    too_long = Reply.http_error(
+        400,
+        "This model's maximum context length is 8192 tokens. However, you requested 9081",
+        code="context_length_exceeded",
+    )
+    openai_server.respond_with(
+        lambda body: Reply(text="never", end_after=0) if body.get("stream") else too_long
+    )
+    request = simple_request(openai_server)
+    _, error = run(lambda: collect_until_error(make_provider(config_for(openai_server)), request))
+    assert isinstance(error, ContextLimitError) and not error.output_started
+    probe = openai_server.bodies[-1]
+    assert "stream" not in probe or probe["stream"] is False
+    assert probe["max_tokens"] == 1 and probe["messages"] == openai_server.bodies[0]["messages"]
+
+
+def test_a_dropped_stream_that_is_not_a_context_limit_stays_an_incomplete_stream(
+    openai_server: OpenAIServer,
+) -> None:
+    openai_server.respond_with(
+        lambda body: Reply(text="never", end_after=0) if body.get("stream") else Reply(text="x")
+    )
+    _, error = run(
+        lambda: collect_until_error(
+            make_provider(config_for(openai_server)), simple_request(openai_server)
+        )
+    )
+    assert not isinstance(error, ContextLimitError)
+    assert error.code == "incomplete_stream"

@@ -22,7 +22,7 @@ from openai import AsyncOpenAI
 
 from cairn.messages import Message
 from cairn.provider.config import ModelConfig
-from cairn.provider.errors import ProviderError, provider_error
+from cairn.provider.errors import ContextLimitError, ProviderError, provider_error
 from cairn.provider.events import (
     OUTPUT_EVENTS,
     Finish,
@@ -116,6 +116,7 @@ class OpenAIProvider:
             client = client.with_options(max_retries=max_retries)
         output_started = False
         finished = False
+        chunks = 0
         try:
             response = await client.chat.completions.create(
                 model=request.model,
@@ -127,6 +128,7 @@ class OpenAIProvider:
             )
             try:
                 async for chunk in response:
+                    chunks += 1
                     for event in events_from_chunk(_chunk_dict(chunk)):
                         if isinstance(event, Finish):
                             finished = True
@@ -146,11 +148,42 @@ class OpenAIProvider:
                 output_started=output_started,
             ) from exc
         if not finished:
+            if chunks == 0:
+                # Some servers (llama-cpp-python's) answer 200 and then drop a stream
+                # they cannot serve, saying why only to a request that does not stream.
+                limit = await self._probe_context_limit(client, request)
+                if limit is not None:
+                    raise limit
             raise ProviderError(
                 "the stream ended before the model finished its answer",
                 code=INCOMPLETE_STREAM,
                 output_started=output_started,
             )
+
+    async def _probe_context_limit(
+        self, client: AsyncOpenAI, request: ChatRequest
+    ) -> ProviderError | None:
+        """Ask once, without streaming and for one token, whether the request is too long.
+
+        Only after a stream that closed before its first chunk: a request that
+        fits costs one prompt evaluation here, and the caller reports the
+        broken stream as before.
+        """
+        params = {k: v for k, v in request.params.items() if k not in ("max_tokens", "stream")}
+        try:
+            await client.with_options(max_retries=0).chat.completions.create(
+                model=request.model,
+                messages=cast(Any, list(request.messages)),
+                tools=cast(Any, list(request.tools)) if request.tools else _OMIT,
+                max_tokens=1,
+                extra_body=params or None,
+            )
+        except openai.APIError as exc:
+            error = _from_sdk_error(exc, output_started=False)
+            return error if isinstance(error, ContextLimitError) else None
+        except openai.OpenAIError:
+            return None
+        return None
 
     async def complete(self, request: ChatRequest, *, max_retries: int | None = None) -> Message:
         """Stream ``request`` to the end and return the assistant message."""
