@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ from cairn.context.ledger import (
     active_task_of,
     build_compact_block,
     render_ledger,
+    todo_items,
+    todo_section,
 )
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
@@ -574,7 +577,7 @@ def test_ledger_verification_evidence_keeps_the_tail_of_long_output() -> None:
 
 def test_ledger_active_tasks_from_the_last_todo_call() -> None:
     tasks = section(plan(ledger_session()).summary, "Active tasks and background work")
-    assert tasks.startswith("`todo_write`")
+    assert tasks.startswith("Todo list (`todo_write`):")
     assert "update docs" in tasks
     no_todo = section(plan([user("hi")]).summary, "Active tasks and background work")
     assert no_todo == "(none)"
@@ -740,3 +743,54 @@ def test_property_random_sessions_give_sound_bounded_plans(
         assert p.truncated_round
         first_round = group_rounds(tail)[0]
         assert all(i < first_round.end for i in cut)
+
+
+# ---------------------------------------------------------------------------
+# One ledger for both paths (issue 11): what the host promised survives a fallback
+
+
+def test_the_fallback_places_every_exact_record_verbatim_under_its_heading() -> None:
+    """Regression: the fallback clipped records to 'EXACT CONTINUA…' (47 of 49 lost)."""
+    records = [
+        ("Exact next action", "run `pytest tests/test_export.py -k unicode` exactly"),
+        ("Workspace mutations", "src/export.py: rows are encoded as UTF-8 before writing"),
+        ("Objective and constraints", "never change the CSV column order"),
+    ]
+    history = long_session(rounds=40)
+    for n, (heading, payload) in enumerate(records):
+        history.insert(3 + 4 * n, user(f"EXACT CONTINUATION RECORD [{heading}] :: {payload}"))
+    summary = plan(history, window=8_192).summary
+    for heading, payload in records:
+        line = f"EXACT CONTINUATION RECORD [{heading}] :: {payload}"
+        assert summary.count(line) == 1
+        assert line in section(summary, heading)
+
+
+def test_the_fallback_keeps_the_todo_list_whole() -> None:
+    """Regression: the todo list's JSON was clipped to 200 characters (51 of 78 items lost)."""
+    todos = [
+        {"content": f"step {n}: migrate validator number {n} to field_validator", "status": s}
+        for n, s in zip(range(78), ["pending", "in_progress", "completed"] * 26, strict=True)
+    ]
+    history = [
+        *long_session(rounds=30),
+        *tool_turn("todo_write", json.dumps({"todos": todos}), "Todo list updated."),
+    ]
+    tasks = section(plan(history, window=8_192).summary, "Active tasks and background work")
+    for todo in todos:
+        assert f"- [{todo['status']}] {todo['content']}" in tasks
+
+
+def test_the_todo_budget_drops_completed_items_first_and_never_cuts_one() -> None:
+    todos = [
+        {"content": f"item {n} " + "detail " * 60, "status": "completed" if n % 2 else "pending"}
+        for n in range(60)
+    ]
+    call = ToolCall("t1", "TodoWrite", json.dumps({"todos": todos}))
+    text = todo_section([assistant(None, [call])])
+    listed = [line for line in text.splitlines() if line.startswith("- [")]
+    assert all(line.startswith("- [pending]") for line in listed)
+    assert all(line.rstrip().endswith("detail") for line in listed)  # whole items only
+    assert "item(s) not listed" in text
+    assert todo_items('{"todos": [{"content": "a", "status": "pending"}]}') == [("pending", "a")]
+    assert todo_items("not json") is None

@@ -93,6 +93,9 @@ class Events:
     def compact_block_added(self, block: Message) -> None:
         self.log.append(("block", block.text))
 
+    def compaction_notice(self, text: str) -> None:
+        self.log.append(("notice", text))
+
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.log]
 

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.context.ledger import LEDGER_HEADINGS
+from cairn.context.ledger import (
+    LEDGER_HEADINGS,
+    MAX_EXACT_RECORDS,
+    exact_records,
+    normalize_ledger,
+    place_exact_records,
+)
 from cairn.context.summarize import (
     FILE_ELIDED,
     IMAGE_PLACEHOLDER,
-    MAX_EXACT_RECORDS,
     check_gates,
     compaction_instruction,
-    exact_records,
     extract_summary,
     kept_tail,
-    normalize_ledger,
-    place_exact_records,
     prepare_fork_input,
     shrink,
+    strip_images,
 )
 from cairn.messages import (
     KIND_HANDOFF,
@@ -145,16 +148,17 @@ def test_exact_records_are_placed_verbatim_under_their_heading() -> None:
 # Fork input and shrinking
 
 
-def test_fork_input_strips_handoffs_images_and_reasoning() -> None:
+def test_fork_input_is_the_main_requests_messages_unchanged() -> None:
+    """Regression: the fork stripped the handoff from the middle of the history, so its
+    prefix was not the cached one; images become placeholders only when shrinking."""
     handoff = Message(
         role="user", content="frontier", meta=MessageMeta(kind=KIND_HANDOFF, hidden=True)
     )
     pic = user([TextPart("see"), ImagePart("data:image/png;base64,AAAA")])
     thinking = assistant("answer", reasoning="secret chain of thought")
-    prepared = prepare_fork_input([handoff, pic, thinking])
-    assert len(prepared) == 2
-    assert prepared[0].content == (TextPart("see"), TextPart(IMAGE_PLACEHOLDER))
-    assert prepared[1].reasoning is None and prepared[1].text == "answer"
+    assert prepare_fork_input([handoff, pic, thinking]) == [handoff, pic, thinking]
+    stripped = strip_images([pic])
+    assert stripped[0].content == (TextPart("see"), TextPart(IMAGE_PLACEHOLDER))
 
 
 def history() -> list[Message]:

@@ -137,3 +137,6 @@ class EventBus:
 
     def compact_block_added(self, block: Message) -> None:
         self.publish(CompactBlockAdded(block))
+
+    def compaction_notice(self, text: str) -> None:
+        self.publish(Notice(text))

@@ -19,6 +19,10 @@ class CompactionListener(Protocol):
 
     def compact_block_added(self, block: Message) -> None: ...
 
+    def compaction_notice(self, text: str) -> None:
+        """Something the user must see about a manual compaction (a hook's stderr …)."""
+        ...
+
 
 class NoListener:
     def compaction_state_changed(self, is_compacting: bool) -> None:
@@ -28,4 +32,7 @@ class NoListener:
         return None
 
     def compact_block_added(self, block: Message) -> None:
+        return None
+
+    def compaction_notice(self, text: str) -> None:
         return None

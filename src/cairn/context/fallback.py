@@ -23,7 +23,11 @@ from cairn.context.ledger import (
     active_task_of,
     build_compact_block,
     checkpoint_cap,
+    exact_records,
+    place_exact_records,
     render_ledger,
+    todo_section,
+    without_exact_records,
 )
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
@@ -369,18 +373,21 @@ def _build_ledger(
         "Verification evidence": _evidence(
             history, calls, effects, cap(COMMAND_CHARS), cap(EVIDENCE_CHARS)
         ),
-        "Active tasks and background work": _todos(history, cap(TODO_CHARS)),
+        "Active tasks and background work": todo_section(history),
         "Open risks or blockers": _risks(history, calls, cap(ERROR_CHARS)),
         "Exact next action": _next_action(history, active_task, cap(NEXT_CHARS)),
     }
     # What the new history says nothing about, the previous compaction may
     # still know (recursive compaction): carry it over, capped, and say so.
     for heading in LEDGER_HEADINGS:
-        carried = previous.get(heading, "")
+        carried = without_exact_records(previous.get(heading, "")).strip()
         if not sections[heading] and carried:
-            body = _clip_head(carried, cap(_CARRY_CHARS[heading]))
+            # The todo list is whole or absent; every other section is detail.
+            whole = heading == "Active tasks and background work"
+            body = carried if whole else _clip_head(carried, cap(_CARRY_CHARS[heading]))
             sections[heading] = f"(from the previous compaction)\n{body}"
-    return render_ledger(sections)
+    # The same host rule as the LLM path: exact records verbatim, under their headings.
+    return place_exact_records(render_ledger(sections), exact_records(history))
 
 
 def _previous_sections(history: Sequence[Message]) -> dict[str, str]:
@@ -474,14 +481,6 @@ def _evidence(
             status = "failed" if m.meta.tool_error else "ok"
             header = f"`{call.name}` {_one_line(call.arguments, command_chars)} ({status})"
             return f"{header}\n{_clip_tail(m.text, output_chars).strip()}"
-    return ""
-
-
-def _todos(history: Sequence[Message], chars: int) -> str:
-    for m in reversed(history):
-        for call in reversed(m.tool_calls):
-            if "todo" in call.name.lower():
-                return f"`{call.name}` {_clip_head(call.arguments.strip(), chars)}"
     return ""
 
 

@@ -24,6 +24,7 @@ parsing its own output. Same input, same block, byte for byte.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -584,3 +585,184 @@ def build_compact_block(ledger: str, active_task: ActiveTask) -> Message:
             extra={ACTIVE_TASK_KEY: active_task.to_json()},
         ),
     )
+
+
+# ---------------------------------------------------------------------------
+# One ledger for both paths: headings, exact continuation records, the todo list
+#
+# The LLM summary and the deterministic fallback go through these same rules,
+# so what the host promised to keep — exact records, the todo list — survives
+# either way, verbatim.
+
+MAX_EXACT_RECORDS = 32
+MAX_EXACT_RECORD_CHARS = 16_384
+#: The todo list's own budget in the ledger; past it completed items go first,
+#: then the oldest — whole items, never a cut one.
+TODO_SECTION_TOKENS = 2_000
+
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?:\d+[.)]\s*)?(?P<title>.+?)\s*#*\s*$")
+_RECORD = re.compile(r"^EXACT CONTINUATION RECORD \[(?P<heading>[^\]]+)\] :: (?P<payload>.*)$")
+
+
+def _heading_of(line: str) -> str | None:
+    match = _HEADING.match(line)
+    if not match:
+        return None
+    title = match.group("title").strip().strip("*").strip().rstrip(":").casefold()
+    for heading in LEDGER_HEADINGS:
+        if title == heading.casefold():
+            return heading
+    return None
+
+
+def normalize_ledger(summary: str) -> str:
+    """Put the model's sections under the seven headings, in order, none missing.
+
+    A summary without any of the headings is passed through unchanged (the
+    model ignored the format; its text is still the best summary we have).
+    Text before the first heading joins the first section; an unknown
+    heading's text stays with the section it follows.
+    """
+    sections: dict[str, list[str]] = {h: [] for h in LEDGER_HEADINGS}
+    current: str | None = None
+    preamble: list[str] = []
+    found = False
+    for line in summary.splitlines():
+        heading = _heading_of(line)
+        if heading is not None:
+            current, found = heading, True
+            continue
+        (sections[current] if current else preamble).append(line)
+    if not found:
+        return summary.strip()
+    sections[LEDGER_HEADINGS[0]] = preamble + sections[LEDGER_HEADINGS[0]]
+    parts = []
+    for heading in LEDGER_HEADINGS:
+        body = "\n".join(sections[heading]).strip() or EMPTY_SECTION
+        parts.append(f"## {heading}\n{body}")
+    return "\n\n".join(parts)
+
+
+def exact_records(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """``EXACT CONTINUATION RECORD [<heading>] :: <payload>`` lines of the source, de-duplicated.
+
+    At most ``MAX_EXACT_RECORDS`` records and ``MAX_EXACT_RECORD_CHARS``
+    characters in all, oldest first; lines naming an unknown heading are ignored.
+    """
+    known = {h.casefold(): h for h in LEDGER_HEADINGS}
+    seen: dict[tuple[str, str], None] = {}
+    size = 0
+    for message in messages:
+        for line in message.text.splitlines():
+            match = _RECORD.match(line.strip())
+            if not match:
+                continue
+            heading = known.get(match.group("heading").strip().casefold())
+            if heading is None:
+                continue
+            record = (heading, match.group("payload"))
+            if record in seen:
+                continue
+            cost = len(line.strip())
+            if len(seen) >= MAX_EXACT_RECORDS or size + cost > MAX_EXACT_RECORD_CHARS:
+                return list(seen)
+            seen[record] = None
+            size += cost
+    return list(seen)
+
+
+def place_exact_records(ledger: str, records: Sequence[tuple[str, str]]) -> str:
+    """Append each record verbatim at the end of its heading's section (host-placed)."""
+    if not records:
+        return ledger
+    lines = ledger.splitlines()
+    if not any(_heading_of(line) for line in lines):
+        ledger = normalize_ledger(f"## {LEDGER_HEADINGS[0]}\n{ledger}")
+        lines = ledger.splitlines()
+    out: list[str] = []
+    current: str | None = None
+
+    def flush(section: str | None) -> None:
+        for heading, payload in records:
+            if heading == section:
+                out.append(f"EXACT CONTINUATION RECORD [{heading}] :: {payload}")
+
+    for line in lines:
+        heading = _heading_of(line)
+        if heading is not None:
+            while out and not out[-1].strip():
+                out.pop()
+            flush(current)
+            if current is not None:
+                out.append("")
+            current = heading
+        out.append(line)
+    flush(current)
+    return "\n".join(out)
+
+
+def todo_section(messages: Sequence[Message]) -> str:
+    """The newest todo list, whole: one line per item, never an item cut in two.
+
+    Within ``TODO_SECTION_TOKENS`` every item is listed; past it completed
+    items are left out first, then the oldest, and a line says how many. A
+    list in a shape this does not know is repeated as its arguments, whole.
+    """
+    call = next(
+        (c for m in reversed(messages) for c in reversed(m.tool_calls) if "todo" in c.name.lower()),
+        None,
+    )
+    if call is None:
+        return ""
+    items = todo_items(call.arguments)
+    if items is None:
+        raw = call.arguments.strip()
+        if estimate_tokens(raw) <= TODO_SECTION_TOKENS:
+            return f"`{call.name}` {raw}"
+        return f"`{call.name}`: the latest todo list ({len(raw):,} characters) is in the transcript"
+    lines = [f"- [{status}] {content}" for status, content in items]
+    keep = list(range(len(lines)))
+    order = [i for i, (status, _) in enumerate(items) if status == "completed"]
+    order += [i for i in range(len(items)) if i not in set(order)]
+    used = sum(estimate_tokens(line) + 1 for line in lines)
+    for index in order:
+        if used <= TODO_SECTION_TOKENS:
+            break
+        keep.remove(index)
+        used -= estimate_tokens(lines[index]) + 1
+    left_out = len(lines) - len(keep)
+    note = [f"({left_out} item(s) not listed; the transcript has them)"] if left_out else []
+    return "\n".join([f"Todo list (`{call.name}`):", *(lines[i] for i in keep), *note])
+
+
+def todo_items(arguments: str) -> list[tuple[str, str]] | None:
+    """``(status, content)`` of each item of a todo tool call, or ``None`` if not a todo list.
+
+    Cairn's ``todo_write`` and Claude Code's ``TodoWrite`` send
+    ``{"todos": [{"content": …, "status": …}, …]}``; a bare list is accepted too.
+    """
+    try:
+        data = json.loads(arguments)
+    except ValueError:
+        return None
+    raw = data.get("todos") if isinstance(data, dict) else data
+    if not isinstance(raw, list):
+        return None
+    items: list[tuple[str, str]] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            return None
+        content = next(
+            (item[k] for k in ("content", "text", "task", "title") if isinstance(item.get(k), str)),
+            None,
+        )
+        if content is None:
+            return None
+        status = item.get("status")
+        items.append((status if isinstance(status, str) else "pending", " ".join(content.split())))
+    return items
+
+
+def without_exact_records(text: str) -> str:
+    """``text`` without its exact-record lines (the host places those itself)."""
+    return "\n".join(line for line in text.split("\n") if not _RECORD.match(line.strip()))

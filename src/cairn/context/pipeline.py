@@ -387,7 +387,11 @@ class ContextPipeline:
                 if held is not None:
                     # No guard may let a request over the budget go out: compact once more.
                     warnings.append(f"{held}; compacting anyway: the request would not fit")
-                outcome = await self._compaction("auto", view, fixed, None, before.tokens, warnings)
+                # The unedited context: the fork must extend the request the
+                # provider cached, and summarize the contents, not this check's stubs.
+                outcome = await self._compaction(
+                    "auto", messages, fixed, None, before.tokens, warnings
+                )
                 if outcome is not None:
                     after = self.project(fixed)
                     self._measurable = _message_estimate(after, fixed_tokens)
@@ -427,9 +431,17 @@ class ContextPipeline:
         self._breaker.reset(breaker_key(self._workspace, self.session_id))
         before = self.project(fixed)
         warnings: list[str] = []
-        return await self._compaction(
-            "manual", self.messages, fixed, instructions, before.tokens, warnings
-        )
+        try:
+            return await self._compaction(
+                "manual", self.messages, fixed, instructions, before.tokens, warnings
+            )
+        finally:
+            # A manual compaction has no CheckResult: its notices (hook stderr,
+            # a skipped step) reach the user through the listener — unless the
+            # host moved to another session meanwhile.
+            if self._current_session() == self.session_id:
+                for warning in warnings:
+                    self._listener.compaction_notice(warning)
 
     async def recover_from_context_limit(
         self, error: ContextLimitError, fixed: FixedContext
@@ -717,8 +729,10 @@ class ContextPipeline:
         window = self.model.context_window or UNKNOWN_WINDOW
         request_budget = self._tracker.input_budget
         return SummaryRequest(
-            # The handoff reminder is a control message for the live model only.
+            # The handoff reminder is a control message for the live model only:
+            # the replacement never carries it, the fork sends it as it was sent.
             messages=tuple(m for m in view if m.meta.kind != KIND_HANDOFF),
+            sent=tuple(view),
             fixed=fixed,
             window=window,
             # The conversation's share of the budget: the fixed context goes out

@@ -18,15 +18,15 @@ from dataclasses import replace
 
 from cairn.context.effects import ToolEffects, effect_of
 from cairn.context.ledger import (
-    EMPTY_SECTION,
-    LEDGER_HEADINGS,
     active_task_of,
     build_compact_block,
+    exact_records,
+    normalize_ledger,
+    place_exact_records,
 )
 from cairn.context.summarizer import Summarizer, SummarizerError, Summary, SummaryRequest
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
-    KIND_HANDOFF,
     ImagePart,
     Message,
     TextPart,
@@ -47,8 +47,6 @@ from cairn.provider import (
 
 MAX_FORK_ROUNDS = 3
 MAX_ATTEMPTS = 3
-MAX_EXACT_RECORDS = 32
-MAX_EXACT_RECORD_CHARS = 16_384
 #: The gate "≤ 80 % of the source" only means something for a large source.
 LARGE_SOURCE_TOKENS = 8_000
 MAX_SUMMARY_TOKENS = 50_000
@@ -65,8 +63,6 @@ FILE_ELIDED = "[file contents elided for compaction; the file can be read again]
 _ANALYSIS = re.compile(r"<analysis>.*?(?:</analysis>|\Z)", re.S)
 _SUMMARY = re.compile(r"<summary>(.*?)(?:</summary>|\Z)", re.S)
 _BLANK_RUNS = re.compile(r"\n[ \t]*(?:\n[ \t]*)+")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?:\d+[.)]\s*)?(?P<title>.+?)\s*#*\s*$")
-_RECORD = re.compile(r"^EXACT CONTINUATION RECORD \[(?P<heading>[^\]]+)\] :: (?P<payload>.*)$")
 
 
 # ---------------------------------------------------------------------------
@@ -87,118 +83,31 @@ def extract_summary(text: str) -> str:
     return _BLANK_RUNS.sub("\n\n", body).strip()
 
 
-def _heading_of(line: str) -> str | None:
-    match = _HEADING.match(line)
-    if not match:
-        return None
-    title = match.group("title").strip().strip("*").strip().rstrip(":").casefold()
-    for heading in LEDGER_HEADINGS:
-        if title == heading.casefold():
-            return heading
-    return None
-
-
-def normalize_ledger(summary: str) -> str:
-    """Put the model's sections under the seven headings, in order, none missing.
-
-    A summary without any of the headings is passed through unchanged (the
-    model ignored the format; its text is still the best summary we have).
-    Text before the first heading joins the first section; an unknown
-    heading's text stays with the section it follows.
-    """
-    sections: dict[str, list[str]] = {h: [] for h in LEDGER_HEADINGS}
-    current: str | None = None
-    preamble: list[str] = []
-    found = False
-    for line in summary.splitlines():
-        heading = _heading_of(line)
-        if heading is not None:
-            current, found = heading, True
-            continue
-        (sections[current] if current else preamble).append(line)
-    if not found:
-        return summary.strip()
-    sections[LEDGER_HEADINGS[0]] = preamble + sections[LEDGER_HEADINGS[0]]
-    parts = []
-    for heading in LEDGER_HEADINGS:
-        body = "\n".join(sections[heading]).strip() or EMPTY_SECTION
-        parts.append(f"## {heading}\n{body}")
-    return "\n\n".join(parts)
-
-
-def exact_records(messages: Sequence[Message]) -> list[tuple[str, str]]:
-    """``EXACT CONTINUATION RECORD [<heading>] :: <payload>`` lines of the source, de-duplicated.
-
-    At most ``MAX_EXACT_RECORDS`` records and ``MAX_EXACT_RECORD_CHARS``
-    characters in all, oldest first; lines naming an unknown heading are ignored.
-    """
-    known = {h.casefold(): h for h in LEDGER_HEADINGS}
-    seen: dict[tuple[str, str], None] = {}
-    size = 0
-    for message in messages:
-        for line in message.text.splitlines():
-            match = _RECORD.match(line.strip())
-            if not match:
-                continue
-            heading = known.get(match.group("heading").strip().casefold())
-            if heading is None:
-                continue
-            record = (heading, match.group("payload"))
-            if record in seen:
-                continue
-            cost = len(line.strip())
-            if len(seen) >= MAX_EXACT_RECORDS or size + cost > MAX_EXACT_RECORD_CHARS:
-                return list(seen)
-            seen[record] = None
-            size += cost
-    return list(seen)
-
-
-def place_exact_records(ledger: str, records: Sequence[tuple[str, str]]) -> str:
-    """Append each record verbatim at the end of its heading's section (host-placed)."""
-    if not records:
-        return ledger
-    lines = ledger.splitlines()
-    if not any(_heading_of(line) for line in lines):
-        ledger = normalize_ledger(f"## {LEDGER_HEADINGS[0]}\n{ledger}")
-        lines = ledger.splitlines()
-    out: list[str] = []
-    current: str | None = None
-
-    def flush(section: str | None) -> None:
-        for heading, payload in records:
-            if heading == section:
-                out.append(f"EXACT CONTINUATION RECORD [{heading}] :: {payload}")
-
-    for line in lines:
-        heading = _heading_of(line)
-        if heading is not None:
-            while out and not out[-1].strip():
-                out.pop()
-            flush(current)
-            if current is not None:
-                out.append("")
-            current = heading
-        out.append(line)
-    flush(current)
-    return "\n".join(out)
-
-
 def prepare_fork_input(messages: Sequence[Message]) -> list[Message]:
-    """The history the fork sees: no handoff reminders, no images, no reasoning."""
-    prepared = []
+    """The history the fork sends: the main request's messages exactly as they went out.
+
+    Nothing is taken out or rewritten — not the hidden handoff (the instruction
+    says it is a control message), not an image, not a snip this check only
+    planned — so the provider serves the whole prefix from its prompt cache.
+    The wire form is built by the same ``chat_request``; reasoning goes out
+    only where the main request sent it too. Only shrinking, when the fork
+    cannot fit, changes it.
+    """
+    return list(messages)
+
+
+def strip_images(messages: Sequence[Message]) -> list[Message]:
+    """Images replaced by a fixed placeholder: a shrink step, never the first send."""
+    out = []
     for message in messages:
-        if message.meta.kind == KIND_HANDOFF:
-            continue
         content = message.content
         if isinstance(content, tuple) and any(isinstance(p, ImagePart) for p in content):
             content = tuple(
                 TextPart(IMAGE_PLACEHOLDER) if isinstance(p, ImagePart) else p for p in content
             )
-        if content is not message.content or message.reasoning is not None:
-            message = replace(message, content=content, reasoning=None)
-        prepared.append(message)
-    return prepared
+            message = replace(message, content=content)
+        out.append(message)
+    return out
 
 
 def shrink(
@@ -212,7 +121,7 @@ def shrink(
     Returns the input unchanged only when nothing can be removed.
     """
     rules: tuple[Callable[[Sequence[Message]], list[Message]], ...] = (
-        lambda ms: _elide_file_contents(ms, effects or {}),
+        lambda ms: _elide_file_contents(strip_images(ms), effects or {}),
         _drop_oldest_round,
         _halve_longest,
     )
@@ -288,7 +197,7 @@ def fit_fork_input(
     current = list(messages)
     if sum(count(m) for m in current) <= room:
         return current
-    current = _elide_file_contents(current, effects or {})
+    current = _elide_file_contents(strip_images(current), effects or {})
     costs = [count(m) for m in current]
     size = sum(costs)
     if size <= room:
@@ -370,7 +279,7 @@ class LLMSummarizer:
         self._model = model
 
     async def summarize(self, request: SummaryRequest) -> Summary:
-        source = prepare_fork_input(request.messages)
+        source = prepare_fork_input(request.sent or request.messages)
         instruction = user(compaction_instruction(request.instructions))
         fork_input = self._fitted(request, source, instruction)
         failures: list[str] = []

@@ -50,6 +50,11 @@ class SummaryRequest:
     checkpoint_tokens: int | None = None
     #: The session's folder: oversized user messages are saved here in full.
     artifacts_dir: Path | None = None
+    #: The context exactly as the last main request sent it, then what was
+    #: appended since — handoff included, no edit of this check applied: the
+    #: compaction fork's history, so its prefix is the cached one. Empty:
+    #: ``messages``.
+    sent: tuple[Message, ...] = ()
 
 
 @dataclass(frozen=True)
