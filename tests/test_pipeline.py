@@ -25,7 +25,7 @@ from cairn.context import (
 )
 from cairn.context.budget import handoff_line
 from cairn.context.pipeline import RequestTooLargeError
-from cairn.context.snip import is_elided
+from cairn.context.snip import SNIP_BATCH_SHARE, is_elided, snip_target, snip_worth_it
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     KIND_HANDOFF,
@@ -341,13 +341,14 @@ def test_snip_brings_the_context_below_the_handoff_line_without_compacting(
 ) -> None:
     p = make(tmp_path)
     p.add(user("survey the code"))
-    for i in range(6):
+    for i in range(10):
         tool_turn(p, "read_file", "def f():\n    pass\n" * 180, path=f"m{i}.py")
     respond(p, int(HANDOFF_LINE) + 1_000)
     result = run(p.check_and_compact(FIXED))
     assert result.compaction is None and result.edits > 0
     assert result.after.tokens is not None
-    assert result.after.tokens <= handoff_line(BUDGET, 0.7)
+    # A batch: well below the line, so the next snip (a cache miss) is far away.
+    assert result.after.tokens <= handoff_line(BUDGET, 0.7) - 0.15 * BUDGET
     assert sum(is_elided(m) for m in p.messages) == result.edits
     edits = [
         r
@@ -356,6 +357,28 @@ def test_snip_brings_the_context_below_the_handoff_line_without_compacting(
     ]
     assert len(edits) == 1
     assert transcript_api(p) == list(p.messages)
+
+
+def test_a_snip_too_small_to_pay_for_its_cache_miss_is_not_made(tmp_path: Path) -> None:
+    """In the band, a snip that saves under 10 % of the budget waits: it would rewrite an
+    old message (the provider's cache is lost from there) for little."""
+    p = make(tmp_path)
+    p.add(user("survey the code"))
+    for i in range(4):
+        tool_turn(p, "read_file", "def f():\n    pass\n" * 180, path=f"m{i}.py")
+    respond(p, int(HANDOFF_LINE) + 1_000)
+    result = run(p.check_and_compact(FIXED))
+    assert result.before.phase == "handoff_band"
+    assert result.compaction is None and result.edits == 0
+
+
+def test_snip_batching_rules() -> None:
+    assert snip_target(10_000, 7_000) == 7_000 - int(SNIP_BATCH_SHARE * 10_000)
+    assert not snip_worth_it(saved=900, tokens=7_500, budget=10_000, compaction_line=8_000)
+    assert snip_worth_it(saved=1_000, tokens=7_500, budget=10_000, compaction_line=8_000)
+    # Over the compaction line: only a snip that avoids the compaction is worth it.
+    assert snip_worth_it(saved=600, tokens=8_500, budget=10_000, compaction_line=8_000)
+    assert not snip_worth_it(saved=400, tokens=8_500, budget=10_000, compaction_line=8_000)
 
 
 def test_micro_compact_after_an_idle_minute_keeps_the_last_three_tool_turns(

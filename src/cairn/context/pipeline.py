@@ -32,7 +32,13 @@ from cairn.context.events import CompactionListener, NoListener
 from cairn.context.handoff import HandoffLedger, build_handoff_message
 from cairn.context.hooks import CompactionBlockedError, CompactionHooks, NoHooks
 from cairn.context.restore import RestorationSource, build_restoration
-from cairn.context.snip import apply_edits, micro_compact_edits, snip_edits
+from cairn.context.snip import (
+    apply_edits,
+    micro_compact_edits,
+    snip_edits,
+    snip_target,
+    snip_worth_it,
+)
 from cairn.context.summarize import MAX_SUMMARY_TOKENS, nothing_to_compact
 from cairn.context.summarizer import (
     FallbackSummarizer,
@@ -366,10 +372,15 @@ class ContextPipeline:
             and snapshot.input_budget is not None
             and snapshot.phase in _SNIP_PHASES
         ):
-            line = handoff_line(snapshot.input_budget, self.config.handoff_ratio)
+            budget = snapshot.input_budget
+            target = snip_target(budget, handoff_line(budget, self.config.handoff_ratio))
             more, saved = snip_edits(
-                view, excess=snapshot.tokens - line, effects=self._effects, count=self._count
+                view, excess=snapshot.tokens - target, effects=self._effects, count=self._count
             )
+            if not snip_worth_it(
+                saved, snapshot.tokens, budget, self.config.compact_ratio * budget
+            ):
+                more, saved = [], 0
             edits += more
             view = apply_edits(view, more)
             # What snip saved may have been counted by the provider: the

@@ -104,6 +104,32 @@ def snip_edits(
     return edits, saved
 
 
+#: A snip aims this share of the input budget below the handoff line, so the
+#: next one is many requests away: each snip rewrites an old message, and the
+#: provider's prompt cache is lost from there on.
+SNIP_BATCH_SHARE = 0.25
+#: In the handoff band a snip must save at least this share of the budget:
+#: less is not worth the cache miss it causes (the compaction would come soon
+#: anyway and rewrite everything).
+SNIP_MIN_SAVING_SHARE = 0.10
+
+
+def snip_target(budget: int, handoff_line: int) -> int:
+    """The size a snip aims for: well below the handoff line (a batch, not a trickle)."""
+    return max(handoff_line - int(SNIP_BATCH_SHARE * budget), 0)
+
+
+def snip_worth_it(saved: int, tokens: int, budget: int, compaction_line: float) -> bool:
+    """Whether a planned snip pays for the cache miss it causes.
+
+    Over the compaction line it is worth it only if it avoids the compaction
+    (a far bigger rewrite); in the band, only if it saves enough.
+    """
+    if tokens >= compaction_line:
+        return tokens - saved < compaction_line
+    return saved >= SNIP_MIN_SAVING_SHARE * budget
+
+
 def apply_edits(messages: Iterable[Message], edits: Sequence[ContentEdit]) -> list[Message]:
     """The messages with every edit applied (edits of absent ids are ignored)."""
     if not edits:
