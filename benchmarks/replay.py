@@ -15,7 +15,10 @@ writes ``benchmarks/results/replay.json`` and the Markdown tables in
 time is reported per request, never judged. A session that fails (the window
 cannot hold its fixed context, or the pipeline refused a request it could not
 bring under the budget) is counted and named with its reason, never shown as
-"0 overflows".
+"0 overflows". After every compaction the replay checks continuity (latest
+instruction, exact records, todo list, files written, call/result pairing);
+the share of checks passed is reported per file and in the totals, "–" where
+nothing was compacted.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cairn.messages import JSONObject, JSONValue
+from cairn.replay.continuity import Continuity, format_pct
 from cairn.replay.engine import ReplayOptions, replay_sessions
 from cairn.replay.importers import import_sessions
 from cairn.replay.metrics import POLICIES, ReplaySummary, SessionReport
@@ -47,6 +51,8 @@ WINDOWS = (8_192, 16_384, 32_768, 131_072)
 SUFFIXES = (".json", ".jsonl", ".traj")
 #: The policy every other one is compared with for billed tokens.
 BASELINE = "post-response"
+#: Continuity failures listed per window and policy in the Markdown.
+CONTINUITY_FAILURES_SHOWN = 5
 
 
 def session_files(root: Path) -> list[Path]:
@@ -127,6 +133,7 @@ def totals(rows: list[JSONObject], window: int, policy: str) -> JSONObject:
     counted = sum(_int(h["compactions"]) for h in headroom)
     wasted = sum(float(str(h["mean"])) * _int(h["compactions"]) for h in headroom)
     billed = total("billed_prompt_tokens")
+    continuity = continuity_of(group)
     return {
         "window": window,
         "policy": policy,
@@ -143,7 +150,32 @@ def totals(rows: list[JSONObject], window: int, policy: str) -> JSONObject:
         "billed_vs_post_response": billed_versus(rows, window, policy),
         "cache_eligible_share": round(total("cache_eligible_tokens") / billed, 4) if billed else 0,
         "projection_error_mean_abs_pct": round(weighted_error / requests, 2) if requests else 0,
+        "continuity": continuity.to_dict(max_failures=CONTINUITY_FAILURES_SHOWN),
     }
+
+
+def continuity_of(rows: Sequence[JSONObject]) -> Continuity:
+    """The continuity checks of several rows added up (failures: each row's first few)."""
+    summed = Continuity()
+    for row in rows:
+        c = _dict(row["continuity"])
+        failures = tuple(f"{row['source']}: {f}" for f in _list(c["failures"]))
+        checks, passed = _int(c["checks"]), _int(c["passed"])
+        summed += Continuity(checks, passed, failures, _int(c["compactions"]))
+    return summed
+
+
+def _pct_of(continuity: JSONValue) -> float | None:
+    pct = _dict(continuity)["pct"]
+    return None if pct is None else float(str(pct))
+
+
+def _continuity_cell(continuity: JSONValue) -> str:
+    """``100 %`` or ``97.5 % (3 lost)``; ``–`` where nothing was compacted."""
+    c = _dict(continuity)
+    lost = _int(c["checks"]) - _int(c["passed"])
+    text = format_pct(_pct_of(c))
+    return f"{text} ({lost} lost)" if lost else text
 
 
 def billed_versus(rows: list[JSONObject], window: int, policy: str) -> float | None:
@@ -258,13 +290,19 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
         "  prefix (what a provider's prefix cache can serve).",
         "- *proj. err*: the mean |projected − exact| ÷ exact of the size Cairn projected",
         "  before sending; *under* is the worst under-estimate.",
+        "- *continuity*: after every compaction, the share of checks the new context passed",
+        "  (one check per item: the latest user instruction verbatim or, if it was saved",
+        "  to a file for its size, that file named; each exact continuation record",
+        "  verbatim; each item of the newest todo list; each path a writing tool touched;",
+        "  no call without its results and no result without its call), rounded down, with",
+        "  the number of checks lost. *–*: no compaction, so nothing to check.",
         "",
         "## Totals over every session",
         "",
         "| window | policy | sessions | failed | requests | overflows | compactions "
         "| comp./100 req | wasted headroom | snips | handoffs | billed prompt tokens "
-        "| billed vs post-resp. | cached | mean proj. err |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| billed vs post-resp. | cached | mean proj. err | continuity |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for t in summary:
         billed = t["billed_vs_post_response"]
@@ -275,7 +313,8 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
             f"| {float(str(t['wasted_headroom_mean'])):.1%} | {t['snips']} | {t['handoffs']} "
             f"| {_int(t['billed_prompt_tokens']):,} "
             f"| {'–' if t['policy'] == BASELINE else _pct(billed)} "
-            f"| {_pct(t['cache_eligible_share'], 0)} | {t['projection_error_mean_abs_pct']}% |"
+            f"| {_pct(t['cache_eligible_share'], 0)} | {t['projection_error_mean_abs_pct']}% "
+            f"| {_continuity_cell(t['continuity'])} |"
         )
     failed = failures(rows)
     lines += ["", "## Failed sessions", ""]
@@ -287,14 +326,27 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
             )
     else:
         lines.append("None: every session was replayed to its end under every window and policy.")
+    lines += ["", "## Continuity failures", ""]
+    lost = [t for t in summary if _dict(t["continuity"])["failures"]]
+    for t in lost:
+        c = _dict(t["continuity"])
+        shown = _list(c["failures"])
+        lines.append(
+            f"- {_int(t['window']) // 1024}k, {t['policy']}: "
+            f"{_int(c['checks']) - _int(c['passed'])} of {_int(c['checks']):,} checks lost; "
+            f"the first {len(shown)}:"
+        )
+        lines += [f"  - {f}" for f in shown]
+    if not lost:
+        lines.append("None: every compaction kept everything checked.")
     lines += [
         "",
         "## Per session file",
         "",
         "| session file | window | policy | fixed context | failed | requests | overflows "
         "| peak | compactions | wasted headroom | snips | handoffs | billed | cached "
-        "| proj. err | under | µs/request |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| proj. err | under | µs/request | continuity |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         error = _dict(row["projection_error"])
@@ -307,7 +359,7 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
             f"| {_int(row['billed_prompt_tokens']):,} "
             f"| {_pct(row['cache_eligible_share'], 0)} "
             f"| {error['mean_abs_pct']}% | {error['max_under_pct']}% "
-            f"| {row['pipeline_us_per_request']} |"
+            f"| {row['pipeline_us_per_request']} | {_continuity_cell(row['continuity'])} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -342,7 +394,7 @@ def main() -> int:
     table = Table(title=f"replay benchmark totals ({corpus}, {meta['elapsed_s']} s)")
     columns = (
         "window", "policy", "failed", "req", "overflows", "comp/100", "wasted", "billed",
-        "vs post-resp.",
+        "vs post-resp.", "continuity",
     )  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
@@ -357,6 +409,7 @@ def main() -> int:
             f"{float(str(t['wasted_headroom_mean'])):.1%}",
             f"{_int(t['billed_prompt_tokens']):,}",
             "–" if t["policy"] == BASELINE else _pct(t["billed_vs_post_response"]),
+            format_pct(_pct_of(t["continuity"])),
         )
     Console(width=120).print(table)
     for f in failed:
@@ -368,9 +421,12 @@ def main() -> int:
     cairn = [t for t in summary if t["policy"] == "cairn"]
     overflows = sum(_int(t["overflows"]) for t in cairn)
     cairn_failed = sum(_int(t["failed_sessions"]) for t in cairn)
+    kept = continuity_of([r for r in rows if r["policy"] == "cairn"])
     print(
         f"cairn overflows: {overflows} (must be 0); "
-        f"cairn failed sessions: {cairn_failed} (must be 0)",
+        f"cairn failed sessions: {cairn_failed} (must be 0); "
+        f"cairn continuity: {format_pct(kept.pct)} of {kept.checks:,} checks "
+        f"over {kept.compactions} compactions (must be 100 %)",
         file=sys.stderr,
     )
     return 0

@@ -17,6 +17,7 @@ from cairn.context.fallback import (
     BOUNDARY_MIN_TEXT_TOKENS,
     FALLBACK_MAX_TOKENS,
     FALLBACK_MIN_TOKENS,
+    FILES_SECTION_TOKENS,
     IMAGE_PLACEHOLDER,
     FallbackPlan,
     fallback_target,
@@ -25,6 +26,7 @@ from cairn.context.fallback import (
 from cairn.context.ledger import (
     ACTIVE_TASK_KEY,
     LEDGER_HEADINGS,
+    TODO_SECTION_TOKENS,
     CheckpointEntry,
     active_task_of,
     build_compact_block,
@@ -616,7 +618,9 @@ def test_ledger_stays_small_whatever_the_history() -> None:
         history += tool_turn("edit_file", f'{{"path": "{"深" * 300}{i}.py"}}', "ok")
         history.append(user(cjk + str(i)))
     p = plan(history, 1_000_000)
-    assert estimate_tokens(p.summary) <= 2_000
+    # The detail stays under ~2,000 tokens; the files written and the todo list have
+    # budgets of their own (whole items, never cut).
+    assert estimate_tokens(p.summary) <= 2_000 + FILES_SECTION_TOKENS + TODO_SECTION_TOKENS
 
 
 # ---------------------------------------------------------------------------
@@ -794,3 +798,19 @@ def test_the_todo_budget_drops_completed_items_first_and_never_cuts_one() -> Non
     assert "item(s) not listed" in text
     assert todo_items('{"todos": [{"content": "a", "status": "pending"}]}') == [("pending", "a")]
     assert todo_items("not json") is None
+
+
+def test_every_written_path_is_listed_whole() -> None:
+    """Regression: paths were cut to ~50 characters at small targets ('…/packages/cli/c…'),
+    so the compacted context named no file (9 continuity losses at 16k)."""
+    paths = [
+        f"/workspace/ponylang__ponyc__0.1/packages/cli/module_{n}/command_parser.pony"
+        for n in range(12)
+    ]
+    history: list[Message] = [user("Fix the CLI parser.")]
+    for path in paths:
+        history += tool_turn("edit_file", json.dumps({"path": path}), "ok")
+    history += long_session(rounds=20)
+    mutations = section(plan(history, window=8_192).summary, "Workspace mutations")
+    for path in paths:
+        assert f"- {path}" in mutations

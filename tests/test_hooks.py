@@ -16,9 +16,21 @@ from typing import Any, TypeVar
 
 import pytest
 
-from cairn.agent.hooks import MAX_NOTICE_CHARS, HookRunner
+from cairn.agent.hooks import (
+    DRAIN_GRACE_S,
+    MAX_NOTICE_CHARS,
+    MAX_STDOUT_BYTES,
+    HookRunner,
+)
 from cairn.agent.settings import HooksSettings, load_settings
-from cairn.context.hooks import CompactionHooks, HookOutcome
+from cairn.context.hooks import (
+    KIND_SESSION_START,
+    MAX_REMINDER_CHARS,
+    CompactionHooks,
+    HookOutcome,
+    cap_reminder,
+    session_start_reminder,
+)
 
 T = TypeVar("T")
 
@@ -306,7 +318,7 @@ def test_matcher_manual_does_not_run_on_auto(ws: Path, bin_dir: Path) -> None:
 # --- timeout -----------------------------------------------------------------
 
 
-def _gone(pid: int) -> bool:
+def gone(pid: int) -> bool:
     """Dead: no such process, or a zombie waiting to be reaped."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:  # noqa: PTH123
@@ -341,9 +353,9 @@ def test_a_hook_past_its_timeout_is_killed_with_its_children_and_reported(
     # SIGKILL was sent to the whole group before the runner returned; allow the
     # kernel a moment to finish tearing the processes down (not a timing check).
     deadline = time.monotonic() + 10
-    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert all(_gone(pid) for pid in pids)
+    assert all(gone(pid) for pid in pids)
 
 
 def test_a_cancelled_event_kills_the_running_hook(ws: Path, bin_dir: Path) -> None:
@@ -361,9 +373,9 @@ def test_a_cancelled_event_kills_the_running_hook(ws: Path, bin_dir: Path) -> No
     run(cancel_midway())
     pid = int((ws / "hook.pid").read_text())
     deadline = time.monotonic() + 10
-    while not _gone(pid) and time.monotonic() < deadline:
+    while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(pid)
+    assert gone(pid)
 
 
 # --- ordering (scenario 5) ---------------------------------------------------
@@ -468,3 +480,158 @@ def test_hooks_from_settings_files_run(ws: Path, tmp_path: Path, bin_dir: Path) 
     hooks = HookRunner(settings.hooks, session_id="s", transcript_path=ws / "t.jsonl", cwd=ws)
     assert run(hooks.pre_compact("manual", None)).output == "from user\n\nfrom project"
     assert run(hooks.pre_compact("auto", None)).output == ""
+
+
+# --- bounded output ----------------------------------------------------------
+
+TEN_MB = 10 * 1024 * 1024
+
+
+def test_a_10_mb_stdout_is_capped_and_a_notice_says_how_much_was_dropped(
+    ws: Path, bin_dir: Path
+) -> None:
+    flood = script(bin_dir, "flood.sh", f"head -c {TEN_MB} /dev/zero | tr '\\0' x\n")
+    after = script(bin_dir, "after.sh", 'echo "Keep the plan."\n')
+    hooks = runner(hooks_of({"PreCompact": [(None, [flood, after])]}), ws)
+
+    outcome = run(hooks.pre_compact("auto", None))
+
+    # The flood did not become 10 MB of compaction instructions, and the next hook ran.
+    assert len(outcome.output) < 2 * MAX_STDOUT_BYTES
+    assert outcome.output == "x" * MAX_STDOUT_BYTES + "\n\nKeep the plan."
+    assert len(outcome.notices) == 1
+    assert "flood.sh" in outcome.notices[0]
+    assert f"dropped {TEN_MB - MAX_STDOUT_BYTES:,}" in outcome.notices[0]
+
+
+def test_a_cut_in_a_utf8_character_does_not_garble_the_kept_output(ws: Path, bin_dir: Path) -> None:
+    # One ASCII byte, then two-byte characters: the cap falls inside one of them.
+    hook = script(
+        bin_dir,
+        "utf8.sh",
+        "printf a\nfor i in $(seq 400); do printf '%0.sé' $(seq 100); done\n",
+    )
+    outcome = run(runner(hooks_of({"PostCompact": [(None, [hook])]}), ws).post_compact("auto", ""))
+    assert outcome.output == "a" + "é" * ((MAX_STDOUT_BYTES - 1) // 2)
+    assert "\ufffd" not in outcome.output
+
+
+def test_session_start_text_is_capped_for_the_model_with_a_notice(ws: Path, bin_dir: Path) -> None:
+    hook = script(bin_dir, "long.sh", "head -c 30000 /dev/zero | tr '\\0' n\n")
+    outcome = run(runner(hooks_of({"SessionStart": [(None, [hook])]}), ws).session_start("startup"))
+    assert len(outcome.output) <= MAX_REMINDER_CHARS
+    assert outcome.output.startswith("n" * 9_000)
+    assert outcome.output.endswith("more characters dropped]")
+    assert len(outcome.notices) == 1
+    assert "10,000-character cap" in outcome.notices[0]
+
+
+def test_the_reminder_is_hidden_synthetic_and_capped_once() -> None:
+    assert session_start_reminder("  \n", "startup") is None
+    reminder = session_start_reminder("Use pnpm, not npm.", "resume")
+    assert reminder is not None
+    assert reminder.role == "user"
+    assert reminder.meta.hidden and reminder.meta.synthetic
+    assert reminder.meta.kind == KIND_SESSION_START
+    assert "Use pnpm, not npm." in reminder.text and "source: resume" in reminder.text
+    capped, dropped = cap_reminder("y" * 50_000)
+    assert dropped > 0 and len(capped) <= MAX_REMINDER_CHARS
+    assert cap_reminder(capped) == (capped, 0)
+
+
+def test_claude_code_json_output_gives_context_and_a_message(ws: Path, bin_dir: Path) -> None:
+    hook = script(
+        bin_dir,
+        "json.sh",
+        "cat <<'EOF'\n"
+        '{"hookSpecificOutput": {"hookEventName": "SessionStart",'
+        ' "additionalContext": "The build uses pnpm."},'
+        ' "systemMessage": "loaded project notes"}\n'
+        "EOF\n",
+    )
+    outcome = run(runner(hooks_of({"SessionStart": [(None, [hook])]}), ws).session_start("startup"))
+    assert outcome.output == "The build uses pnpm."
+    assert len(outcome.notices) == 1 and "loaded project notes" in outcome.notices[0]
+
+
+# --- processes that outlive the hook -----------------------------------------
+
+
+def wait_gone(pids: list[int]) -> bool:
+    """Whether all ``pids`` are dead, allowing the kernel a moment (not a timing check)."""
+    deadline = time.monotonic() + 10
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return all(gone(pid) for pid in pids)
+
+
+def session_of(stat: str) -> int:
+    """The session id in the text of ``/proc/<pid>/stat``."""
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+#: Starts ``sleep 300`` in a session of its own (out of the hook's process group),
+#: holding the hook's stdout and stderr, and waits until it runs there.
+ESCAPE = (
+    "setsid sh -c 'echo $$ > \"$CAIRN_PROJECT_DIR/child.pid\"; exec sleep 300' &\n"
+    'while [ ! -s "$CAIRN_PROJECT_DIR/child.pid" ]; do sleep 0.02; done\n'
+    'cp "$CAIRN_PROJECT_DIR/child.pid" "$CAIRN_PROJECT_DIR/escaped.pid"\n'
+)
+
+
+def escaped_child(ws: Path) -> int:
+    return int((ws / "escaped.pid").read_text())
+
+
+def test_a_setsid_child_holding_stdout_does_not_hang_the_hook_and_is_killed(
+    ws: Path, bin_dir: Path
+) -> None:
+    hook = script(
+        bin_dir,
+        "escape.sh",
+        ESCAPE
+        + 'cat /proc/$(cat "$CAIRN_PROJECT_DIR/child.pid")/stat > "$CAIRN_PROJECT_DIR/stat"\n'
+        'echo "notes loaded"\n',
+    )
+    # The timeout is shorter than the child's sleep: waiting for its EOF would time out.
+    hooks = runner(hooks_of({"SessionStart": [(None, [(hook, 20.0)])]}), ws)
+
+    outcome = run(hooks.session_start("startup"))
+
+    pid = escaped_child(ws)
+    stat = (ws / "stat").read_text()
+    # The child really left the hook's session (it leads its own).
+    assert session_of(stat) == pid
+    # The hook finished on its own: its output is kept, no timeout.
+    assert outcome.output == "notes loaded"
+    assert len(outcome.notices) == 1
+    assert "left 1 process(es) holding its output open" in outcome.notices[0]
+    assert f"after {DRAIN_GRACE_S:g} s" in outcome.notices[0]
+    assert wait_gone([pid])
+
+
+def test_a_hook_that_times_out_with_a_setsid_child_leaves_no_process(
+    ws: Path, bin_dir: Path
+) -> None:
+    hook = script(
+        bin_dir, "stuck.sh", ESCAPE + 'echo $$ > "$CAIRN_PROJECT_DIR/hook.pid"\nsleep 30\n'
+    )
+    hooks = runner(hooks_of({"PostCompact": [(None, [(hook, 1.0)])]}), ws)
+
+    outcome = run(hooks.post_compact("auto", "s"))
+
+    assert len(outcome.notices) == 1 and "timed out after 1 s" in outcome.notices[0]
+    assert wait_gone([escaped_child(ws), int((ws / "hook.pid").read_text())])
+
+
+def test_a_background_child_in_the_group_is_killed_when_the_hook_exits(
+    ws: Path, bin_dir: Path
+) -> None:
+    hook = script(
+        bin_dir,
+        "nohup.sh",
+        'nohup sleep 30 > /dev/null 2>&1 &\necho $! > "$CAIRN_PROJECT_DIR/child.pid"\necho ok\n',
+    )
+    outcome = run(runner(hooks_of({"PreCompact": [(None, [hook])]}), ws).pre_compact("auto", None))
+    assert outcome.output == "ok" and outcome.notices == ()
+    assert wait_gone([int((ws / "child.pid").read_text())])

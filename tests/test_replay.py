@@ -164,9 +164,11 @@ def test_summary_json_has_every_documented_key(tmp_path: Path) -> None:
         "peak_tokens", "compactions", "snips", "handoffs", "billed_prompt_tokens",
         "cache_eligible_tokens", "projection_error", "pipeline_seconds", "failed_sessions",
         "failures", "fixed_context", "compactions_per_100_requests", "wasted_headroom",
+        "continuity",
     ):  # fmt: skip
         assert key in data
     assert set(data["projection_error"]) == {"mean_abs_pct", "max_under_pct", "max_over_pct"}  # type: ignore[arg-type]
+    assert set(data["continuity"]) == {"compactions", "checks", "passed", "pct", "failures"}  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------

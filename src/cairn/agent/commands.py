@@ -1,4 +1,11 @@
-"""Slash commands: handled by the runtime, never sent to the model."""
+"""Slash commands: handled by the runtime, never sent to the model.
+
+``/clear`` and ``/resume`` run the new session's SessionStart hooks (source
+``clear`` / ``resume``) before they return. What a manual ``/compact`` has to
+tell the user besides its result (a hook's stderr, a timeout, a cut output)
+arrives as ``Notice`` events on the session's stream, delivered by the
+pipeline through the session's listener.
+"""
 
 from __future__ import annotations
 
@@ -39,9 +46,10 @@ async def run_command(runtime: Runtime, name: str, argument: str) -> CommandOutc
         return await _compact(runtime, argument or None)
     if name == "/clear":
         session = runtime.clear()
+        await session.start()
         return CommandOutcome(f"new session {session.id}")
     if name == "/resume":
-        return _resume(runtime, argument or None)
+        return await _resume(runtime, argument or None)
     if name == "/status":
         return _status(runtime)
     return CommandOutcome(HELP)
@@ -51,6 +59,11 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     session = runtime.current
     if session.status == "streaming":
         return CommandOutcome("/compact ignored: a response is streaming; try again when it ends")
+    # A session opened but not yet started gets its SessionStart context first,
+    # so the reminder precedes the compaction instead of following it.
+    await session.start()
+    if runtime.current is not session:
+        return CommandOutcome("/compact skipped: the session changed")
     if session.pipeline.compacting:
         return CommandOutcome("/compact skipped: a compaction is already running")
     try:
@@ -66,7 +79,7 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     )
 
 
-def _resume(runtime: Runtime, session_id: str | None) -> CommandOutcome:
+async def _resume(runtime: Runtime, session_id: str | None) -> CommandOutcome:
     if session_id is None:
         listed = runtime.list_sessions()
         if not listed:
@@ -77,6 +90,7 @@ def _resume(runtime: Runtime, session_id: str | None) -> CommandOutcome:
         session = runtime.resume(session_id)
     except LookupError as exc:
         return CommandOutcome(str(exc), ok=False)
+    await session.start()
     return CommandOutcome(f"resumed {session.id} ({len(session.ui_messages())} messages)")
 
 

@@ -65,6 +65,7 @@ async def run_turn(
     session: Session, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
 ) -> TurnResult:
     """Run one user turn to the end (or to ``max_turns`` requests, or an abort)."""
+    await session.start()  # SessionStart hooks, once per session (startup / resume / clear)
     abort = session.reset_abort()
     message = text if isinstance(text, Message) else user(text)
     session.pipeline.add(message)

@@ -3,17 +3,25 @@
 A ``Session`` binds one transcript to a model, the tools, the session state
 and the context pipeline. The ``Runtime`` knows which session is current —
 the fact the pipeline's session guard checks before it writes a compaction.
+
+SessionStart hooks fire with the source the session was opened with:
+``startup`` (``Runtime.new_session``), ``resume`` (``Runtime.resume``) or
+``clear`` (``Runtime.clear``, ``/clear``); the pipeline fires ``compact``
+itself. Opening a session stays synchronous, so the hooks run on the first
+``await session.start()`` — surfaces call it once they listen to the
+session's events (``Runtime.on_switch``), so the hooks' notices reach the
+user. Their stdout becomes one hidden reminder in the model's context.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn.agent.events import EventBus, SessionStatus, StatusChange
+from cairn.agent.events import EventBus, Notice, SessionStatus, StatusChange
 from cairn.agent.hooks import HookRunner
 from cairn.agent.settings import Settings
 from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
@@ -23,6 +31,7 @@ from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.skill import SkillTool
 from cairn.agent.tools.task import task_tools
 from cairn.context import ContextPipeline, FixedContext
+from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.summarize import LLMSummarizer
 from cairn.messages import KIND_COMPACT_SUMMARY, Message, system
 from cairn.prompts import load_prompt
@@ -58,6 +67,7 @@ class Session:
         session_id: str,
         *,
         resume: bool,
+        source: SessionStartSource | None = None,
     ) -> None:
         self.runtime = runtime
         self.id = session_id
@@ -70,6 +80,10 @@ class Session:
         self.state = SessionState(session_id, self.workspace)
         self._closed = False
         self._abort = asyncio.Event()
+        #: How the session was opened, until ``start()`` has run its SessionStart hooks.
+        self._start_source: SessionStartSource | None = source or (
+            "resume" if resume else "startup"
+        )
         self.catalog: SkillCatalog = discover_skills(self.workspace, runtime.home)
         self.tool_list: list[Tool] = [
             *default_tools(),
@@ -85,6 +99,12 @@ class Session:
                 self.path, SessionRecord(session_id, str(self.workspace), model=self.model.model)
             )
         self.state.on_change = self._persist_state
+        self.hooks = HookRunner(
+            runtime.settings.hooks,
+            session_id=session_id,
+            transcript_path=self.path,
+            cwd=self.workspace,
+        )
         self.pipeline = ContextPipeline(
             store,
             runtime.settings.compaction,
@@ -92,12 +112,7 @@ class Session:
             workspace=self.workspace,
             tool_effects=self.tools.effects(),
             summarizer=LLMSummarizer(runtime.provider, self.model),
-            hooks=HookRunner(
-                runtime.settings.hooks,
-                session_id=session_id,
-                transcript_path=self.path,
-                cwd=self.workspace,
-            ),
+            hooks=self.hooks,
             restoration=self.state,
             listener=self.events,
             current_session=runtime.current_id,
@@ -155,6 +170,28 @@ class Session:
         self.pipeline.close()
         self.events.close()
 
+    # -- SessionStart ------------------------------------------------------
+
+    async def start(self) -> None:
+        """Run the SessionStart hooks for how this session was opened; once, later calls no-op.
+
+        Notices (a hook's stderr, a timeout, a cut output) are published as
+        ``Notice`` events; the hooks' stdout is added to the model's context
+        as a durable hidden reminder, never rendered in the UI view.
+        """
+        source, self._start_source = self._start_source, None
+        if source is None or self._closed:
+            return
+        outcome = await self.hooks.session_start(source)
+        for notice in outcome.notices:
+            self.events.publish(Notice(notice))
+        reminder = session_start_reminder(outcome.output, source)
+        if reminder is None or self._closed:
+            # Switched away while the hooks ran: the transcript is no longer ours to write.
+            return
+        self.pipeline.add(reminder)
+        self.pipeline.end_turn()
+
     # -- state persistence -------------------------------------------------------
 
     def _persist_state(self, state: SessionState) -> None:
@@ -193,6 +230,7 @@ class Runtime:
         self.permission_mode: PermissionMode = permission_mode
         self.ask = ask
         self._current: Session | None = None
+        self._switch_callbacks: list[Callable[[Session], None]] = []
 
     @property
     def current(self) -> Session:
@@ -202,6 +240,14 @@ class Runtime:
 
     def current_id(self) -> str:
         return self._current.id if self._current else ""
+
+    def on_switch(self, callback: Callable[[Session], None]) -> None:
+        """Call ``callback(session)`` whenever a session becomes current (new, resume, clear).
+
+        A surface subscribes to each new session's events here, before the
+        session's SessionStart hooks run, so it sees their notices.
+        """
+        self._switch_callbacks.append(callback)
 
     def new_session(self) -> Session:
         self._switch(Session(self, new_session_id(), resume=False))
@@ -222,7 +268,8 @@ class Runtime:
 
     def clear(self) -> Session:
         """``/clear``: a fresh session with a new id; the old transcript stays on disk."""
-        return self.new_session()
+        self._switch(Session(self, new_session_id(), resume=False, source="clear"))
+        return self.current
 
     def list_sessions(self) -> list[SessionInfo]:
         folder = self.home / "projects" / workspace_slug(self.workspace)
@@ -246,4 +293,6 @@ class Runtime:
         if self._current is not None:
             self._current.close()
         self._current = session
+        for callback in self._switch_callbacks:
+            callback(session)
         session.set_status("idle")

@@ -58,12 +58,16 @@ _CUT_ATTEMPTS = 8
 
 #: Ledger caps in characters at full detail (also enforced in estimated
 #: tokens, ¼ of these, so CJK text cannot make the ledger four times bigger).
-#: Together they keep the ledger under ~2,000 tokens whatever the history.
+#: Together they keep the ledger's detail under ~2,000 tokens whatever the
+#: history. What the host promised to keep has budgets of its own and is never
+#: cut: the files written (``FILES_SECTION_TOKENS``), the todo list
+#: (``ledger.TODO_SECTION_TOKENS``) and the exact records (``MAX_EXACT_RECORD_CHARS``).
 OBJECTIVE_CHARS = 600
 DECISION_CHARS = 200
 DECISIONS_KEPT = 5
 FILES_SECTION_CHARS = 1_600
-FILE_CHARS = 200
+#: The files-written list has its own budget: every path whole up to it.
+FILES_SECTION_TOKENS = 2_000
 EVIDENCE_CHARS = 1_200
 COMMAND_CHARS = 200
 TODO_CHARS = 800
@@ -364,12 +368,7 @@ def _build_ledger(
     sections: dict[str, str] = {
         "Objective and constraints": _objective(active_task, cap(OBJECTIVE_CHARS)),
         "Decisions and rationale": _decisions(history, cap(DECISION_CHARS)),
-        "Workspace mutations": _mutations(
-            previous.get("Workspace mutations", ""),
-            files,
-            cap(FILES_SECTION_CHARS),
-            cap(FILE_CHARS),
-        ),
+        "Workspace mutations": _mutations(previous.get("Workspace mutations", ""), files),
         "Verification evidence": _evidence(
             history, calls, effects, cap(COMMAND_CHARS), cap(EVIDENCE_CHARS)
         ),
@@ -437,14 +436,19 @@ def _decisions(history: Sequence[Message], chars: int) -> str:
     return "\n".join(f"- {t}" for t in reversed(texts))
 
 
-def _mutations(previous: str, files: Sequence[str], section_chars: int, file_chars: int) -> str:
+def _mutations(previous: str, files: Sequence[str]) -> str:
+    """Every file written, each path whole: a cut path names no file.
+
+    Within ``FILES_SECTION_TOKENS`` (its own budget, not scaled by the target)
+    every path is listed; past it the oldest are counted instead.
+    """
     # Bullets of the previous block first: files written before it stay listed.
     items = [line[2:].strip() for line in previous.split("\n") if line.startswith("- ")]
     unique = list(dict.fromkeys(i for i in (*items, *files) if i))
     listed: list[str] = []
-    used, budget = 0, section_chars // 4  # in estimated tokens, like every clip
+    used, budget = 0, FILES_SECTION_TOKENS
     for item in reversed(unique):  # the most recent files win the space
-        line = f"- {_one_line(item, file_chars)}"
+        line = f"- {' '.join(item.split())}"
         cost = estimate_tokens(line + "\n")
         if listed and used + cost > budget:
             break

@@ -30,7 +30,12 @@ from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
 from cairn.context.events import CompactionListener, NoListener
 from cairn.context.handoff import HandoffLedger, build_handoff_message
-from cairn.context.hooks import CompactionBlockedError, CompactionHooks, NoHooks
+from cairn.context.hooks import (
+    CompactionBlockedError,
+    CompactionHooks,
+    NoHooks,
+    session_start_reminder,
+)
 from cairn.context.restore import RestorationSource, build_restoration
 from cairn.context.snip import (
     apply_edits,
@@ -554,10 +559,13 @@ class ContextPipeline:
                 )
                 return None
             record = self._commit(summary, trigger, pre_tokens, fixed)
-            for event in (
-                await self._hooks.session_start("compact"),
-                await self._hooks.post_compact(trigger, summary.summary),
-            ):
+            started = await self._hooks.session_start("compact")
+            reminder = session_start_reminder(started.output, "compact")
+            if reminder is not None and self._current_session() == session:
+                # After the checkpoint: part of the API view, never rendered.
+                self.add(reminder)
+            ended = await self._hooks.post_compact(trigger, summary.summary)
+            for event in (started, ended):
                 warnings.extend(event.notices)
             self._listener.compact_block_added(compact_block(record))
             return CompactionOutcome.of(record)

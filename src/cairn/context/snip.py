@@ -122,11 +122,12 @@ def snip_target(budget: int, handoff_line: int) -> int:
 def snip_worth_it(saved: int, tokens: int, budget: int, compaction_line: float) -> bool:
     """Whether a planned snip pays for the cache miss it causes.
 
-    Over the compaction line it is worth it only if it avoids the compaction
-    (a far bigger rewrite); in the band, only if it saves enough.
+    In the band, only if it saves enough. Over the compaction line always: a
+    compaction rewrites everything anyway, and when none can run (nothing to
+    compact, a hook's block) the snip is what keeps the request small.
     """
     if tokens >= compaction_line:
-        return tokens - saved < compaction_line
+        return saved > 0
     return saved >= SNIP_MIN_SAVING_SHARE * budget
 
 

@@ -13,6 +13,10 @@ Every request carries the fixed context the recorded agent really had
 end fails, with the reason: the fixed context alone fills the input budget,
 or the pipeline refused a request it could not bring under the budget
 (``RequestTooLargeError``); the session stops there.
+
+After every compaction the context the model gets next is checked for
+continuity (``cairn.replay.continuity``) against everything the session
+added to the pipeline so far; the result goes with that request's metrics.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from cairn.context.summarizer import Summarizer
 from cairn.context.tracker import FixedContext
 from cairn.messages import Message, Usage
 from cairn.provider.config import ModelConfig
+from cairn.replay.continuity import Continuity, SessionSoFar, check_continuity
 from cairn.replay.fixed_context import (
     REPLY_PRIMING_TOKENS,
     FixedSource,
@@ -206,6 +211,12 @@ class _Replay:
         self.refused_tokens: int | None = None
         self._previous: Sequence[Message] = ()
         self._on_request = on_request
+        #: What the session established so far, for the continuity checks.
+        self.so_far = SessionSoFar(KNOWN_READ_ONLY_TOOLS)
+
+    def add(self, message: Message) -> None:
+        self.pipeline.add(message)
+        self.so_far.add(message)
 
     async def run(self, messages: Sequence[Message]) -> str | None:
         """Replay ``messages`` in order; the reason it stopped early, if it did."""
@@ -233,7 +244,7 @@ class _Replay:
         i = 0
         while i < len(messages):
             if messages[i].role != "tool":
-                self.pipeline.add(messages[i])
+                self.add(messages[i])
                 i += 1
                 continue
             j = i
@@ -241,9 +252,11 @@ class _Replay:
                 j += 1
             if self.policy == "none":
                 for result in messages[i:j]:
-                    self.pipeline.add(result)
+                    self.add(result)
             else:
-                self.pipeline.add_tool_results(messages[i:j])
+                # As budgeted: what the model saw of them is what must survive.
+                for result in self.pipeline.add_tool_results(messages[i:j]):
+                    self.so_far.add(result)
             i = j
 
     async def request(self, pending: Sequence[Message], answer: Message) -> None:
@@ -264,9 +277,11 @@ class _Replay:
         shared = self._shared_prefix_tokens(sent)
         self._previous = sent
 
+        # Before the answer joins: the context right after the check's compaction.
+        continuity = self._continuity(sent) if check and check.compaction else None
         completion = self.count(answer)
         usage = Usage(true_tokens, completion, true_tokens + completion)
-        self.pipeline.add(replace(answer, meta=replace(answer.meta, usage=usage)))
+        self.add(replace(answer, meta=replace(answer.meta, usage=usage)))
 
         outcome = check.compaction if check else None
         trigger = unchecked
@@ -276,6 +291,10 @@ class _Replay:
             outcome = await self._compact_after(usage)
             elapsed += time.perf_counter() - started
             trigger = usage.context_tokens
+            if outcome is not None:
+                # The answer's calls get their results only after this compaction.
+                awaiting = [c.id for c in answer.tool_calls]
+                continuity = self._continuity(self.pipeline.messages, awaiting)
         metrics = RequestMetrics(
             index=len(self.metrics),
             true_tokens=true_tokens,
@@ -290,6 +309,7 @@ class _Replay:
             cache_eligible_tokens=shared,
             pipeline_seconds=elapsed,
             trigger_tokens=trigger if outcome else None,
+            continuity=continuity,
         )
         self.metrics.append(metrics)
         if self._on_request is not None:
@@ -305,6 +325,9 @@ class _Replay:
             # Nothing it could compact yet: the old check simply went on.
             return None
 
+    def _continuity(self, context: Sequence[Message], awaiting: Sequence[str] = ()) -> Continuity:
+        return check_continuity(context, self.so_far.expected(awaiting), read_saved)
+
     def _request_tokens(self, messages: Sequence[Message]) -> int:
         return self.fixed_true + sum(self.count(m) for m in messages) + REPLY_PRIMING_TOKENS
 
@@ -317,6 +340,15 @@ class _Replay:
                 break
             shared += self.count(now)
         return shared
+
+
+def read_saved(path: str) -> str | None:
+    """The text of a file the checkpoint saved an oversized user message to, if readable."""
+    try:
+        # Written with ``surrogatepass``: read back the same way, byte for byte.
+        return Path(path).read_bytes().decode("utf-8", "surrogatepass")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 async def replay_sessions(

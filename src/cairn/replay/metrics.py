@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from cairn.messages import JSONObject
+from cairn.replay.continuity import Continuity, total
 from cairn.replay.fixed_context import FixedSource
 
 Policy: TypeAlias = Literal["cairn", "none", "post-response"]
@@ -37,6 +38,8 @@ class RequestMetrics:
     #: the context as it stood before the check; post-response: the answered
     #: request's prompt and completion, which the old check judged).
     trigger_tokens: int | None = None
+    #: On a compaction: what the context right after it still held (``None``: no compaction).
+    continuity: Continuity | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -136,6 +139,15 @@ class SessionReport:
         return sum(r.pipeline_seconds for r in self.requests)
 
     @property
+    def continuity(self) -> Continuity:
+        """Every compaction's continuity checks; failures name the request they came from."""
+        return total(
+            r.continuity.prefixed(f"request {r.index + 1}: ")
+            for r in self.requests
+            if r.continuity is not None
+        )
+
+    @property
     def wasted_headroom(self) -> tuple[float, ...]:
         """Per compaction, the room it left unused: (line − trigger size) / budget, ≥ 0."""
         return tuple(
@@ -172,6 +184,11 @@ class ReplaySummary:
     def requests(self) -> tuple[RequestMetrics, ...]:
         return tuple(r for s in self.sessions for r in s.requests)
 
+    @property
+    def continuity(self) -> Continuity:
+        """Every session's continuity checks; failures name the session they came from."""
+        return total(s.continuity.prefixed(f"{s.name}: ") for s in self.sessions)
+
     def to_dict(self) -> JSONObject:
         sessions = self.sessions
         requests = self.requests
@@ -202,6 +219,7 @@ class ReplaySummary:
                 round(100 * compactions / len(requests), 2) if requests else 0.0
             ),
             "wasted_headroom": _headroom(wasted),
+            "continuity": self.continuity.to_dict(),
             "snips": sum(s.snips for s in sessions),
             "handoffs": sum(s.handoffs for s in sessions),
             "billed_prompt_tokens": billed,

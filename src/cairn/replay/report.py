@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cairn.messages import JSONObject, JSONValue
-from cairn.replay.metrics import ProjectionError, ReplaySummary, SessionReport
+from cairn.replay.continuity import MAX_FAILURES, format_pct
+from cairn.replay.metrics import ProjectionError, ReplaySummary, RequestMetrics, SessionReport
 from cairn.replay.plot import plot_context
 
 CSV_FIELDS = (
@@ -31,7 +32,12 @@ CSV_FIELDS = (
     "cache_eligible_tokens",
     "pipeline_us",
     "trigger_tokens",
+    "continuity_checks",
+    "continuity_passed",
+    "continuity_failures",
 )
+#: Joins one compaction's continuity failures in a CSV cell.
+FAILURE_SEPARATOR = " | "
 
 
 def session_row(session: SessionReport) -> list[str]:
@@ -47,12 +53,14 @@ def session_row(session: SessionReport) -> list[str]:
         str(session.snips),
         f"{billed:,}",
         f"{share:.0%}",
+        format_pct(session.continuity.pct),
         "ok" if session.failure is None else f"FAILED: {session.failure}",
     ]
 
 
 SESSION_COLUMNS = (
-    "session", "fixed", "req", "over", "peak", "comp", "snips", "billed", "cached", "status",
+    "session", "fixed", "req", "over", "peak", "comp", "snips", "billed", "cached", "continuity",
+    "status",
 )  # fmt: skip
 
 
@@ -85,10 +93,12 @@ def render_summary(console: Console, summary: ReplaySummary) -> None:
         str(totals["snips"]),
         _format(totals["billed_prompt_tokens"], "billed_prompt_tokens"),
         _format(totals["cache_eligible_share"], "cache_eligible_share"),
+        format_pct(summary.continuity.pct),
         "ok" if not failed else f"FAILED: {failed} of {totals['sessions']}",
     )
     console.print(table)
     render_failures(console, [summary])
+    render_continuity_failures(console, [summary])
 
 
 COMPARE_ROWS: tuple[tuple[str, str], ...] = (
@@ -100,6 +110,7 @@ COMPARE_ROWS: tuple[tuple[str, str], ...] = (
     ("compactions", "compactions"),
     ("compactions per 100 requests", "compactions_per_100_requests"),
     ("headroom wasted per compaction, mean", "wasted_headroom.mean"),
+    ("continuity after compaction", "continuity"),
     ("results elided by snip", "snips"),
     ("handoffs", "handoffs"),
     ("prompt tokens billed", "billed_prompt_tokens"),
@@ -125,6 +136,7 @@ def render_comparison(
         table.add_row(label, *(_format(_lookup(d, key), key) for d in dicts))
     console.print(table)
     render_failures(console, summaries)
+    render_continuity_failures(console, summaries)
 
 
 def render_failures(console: Console, summaries: Sequence[ReplaySummary]) -> None:
@@ -137,6 +149,32 @@ def render_failures(console: Console, summaries: Sequence[ReplaySummary]) -> Non
                     f"{len(session.requests)} requests replayed): {session.failure}",
                     highlight=False,
                 )
+
+
+def render_continuity_failures(console: Console, summaries: Sequence[ReplaySummary]) -> None:
+    """The first few things a compaction lost, per policy (the counts are in the table)."""
+    for summary in summaries:
+        lost = summary.continuity
+        for failure in lost.failures[:MAX_FAILURES]:
+            console.print(
+                f"[bold yellow]continuity[/] (policy {summary.policy}): {failure}", highlight=False
+            )
+        if len(lost.failures) > MAX_FAILURES:
+            more = len(lost.failures) - MAX_FAILURES
+            console.print(
+                f"[bold yellow]continuity[/] (policy {summary.policy}): … {more} more "
+                "(see requests.csv in --report)",
+                highlight=False,
+            )
+
+
+def continuity_label(continuity: JSONObject) -> str:
+    """``100 % (24 checks, 3 compactions)``; ``–`` when there was no compaction."""
+    pct, checks, compactions = (continuity.get(k) for k in ("pct", "checks", "compactions"))
+    if not isinstance(pct, int | float) or not isinstance(checks, int):
+        return format_pct(None)
+    noun = "compaction" if compactions == 1 else "compactions"
+    return f"{format_pct(float(pct))} ({checks:,} checks, {compactions} {noun})"
 
 
 def failed_sessions(summaries: Sequence[ReplaySummary]) -> int:
@@ -158,6 +196,8 @@ def _format(value: JSONValue, key: str) -> str:
         return f"{value:.1%}"
     if key == "fixed_context" and isinstance(value, dict):
         return _fixed_label(value)
+    if key == "continuity" and isinstance(value, dict):
+        return continuity_label(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)
@@ -231,6 +271,7 @@ def write_report(
                             r.cache_eligible_tokens,
                             round(r.pipeline_seconds * 1e6, 1),
                             "" if r.trigger_tokens is None else r.trigger_tokens,
+                            *_continuity_cells(r),
                         ]
                     )
     png = plot_context(
@@ -240,6 +281,14 @@ def write_report(
         compact_ratio=compact_ratio,
     )
     return [json_path, csv_path, png]
+
+
+def _continuity_cells(request: RequestMetrics) -> list[str | int]:
+    """Checks, passed and failures of the request's compaction; empty cells without one."""
+    result = request.continuity
+    if result is None:
+        return ["", "", ""]
+    return [result.checks, result.passed, FAILURE_SEPARATOR.join(result.failures)]
 
 
 def _session_json(session: SessionReport) -> JSONObject:
@@ -259,6 +308,7 @@ def _session_json(session: SessionReport) -> JSONObject:
         "snips": session.snips,
         "handoffs": session.handoffs,
         "wasted_headroom": [round(w, 4) for w in session.wasted_headroom],
+        "continuity": session.continuity.to_dict(max_failures=None),
         "billed_prompt_tokens": session.billed_prompt_tokens,
         "cache_eligible_tokens": session.cache_eligible_tokens,
         "projection_error": ProjectionError.of(session.requests).to_dict(),

@@ -1,4 +1,17 @@
-"""``cairn -p``: run one task to the end against the configured endpoint and print the answer."""
+"""``cairn -p``: run one task to the end against the configured endpoint and print the answer.
+
+Streams by output format:
+
+- ``text`` and ``json``: stdout holds only the answer (the text, or one JSON
+  result object); every ``Notice`` (a hook's stderr, a timeout, a skipped
+  compaction …) and every ``ErrorEvent`` goes to stderr as one line,
+  ``cairn: notice: …`` / ``cairn: error: …`` (line breaks shown as ``\\n``);
+- ``stream-json``: every event, then the result, as JSON lines on stdout.
+
+Each session that becomes current (the first one, and one opened by
+``/clear`` or ``/resume``) is subscribed before its SessionStart hooks run,
+so their notices are printed too.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +24,9 @@ from typing import Literal, TypeAlias
 import orjson
 
 from cairn.agent.commands import parse_command, run_command
-from cairn.agent.events import Event
+from cairn.agent.events import ErrorEvent, Event, Notice
 from cairn.agent.loop import TurnError, run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.messages import JSONValue, Message, ToolCall, message_to_dict
@@ -80,13 +93,19 @@ async def _run(
             permission_mode=args.permission_mode,
             ask=None,
         )
+        on_stderr = _StderrNotices()
+        printer = _print_event if args.output_format == "stream-json" else on_stderr
+
+        def subscribe(session: Session) -> None:
+            session.events.on(printer)
+
+        runtime.on_switch(subscribe)
         try:
             session = runtime.resume(args.resume) if args.resume else runtime.new_session()
         except LookupError as exc:
             return _fail(f"cairn -p: {exc}", EXIT_USAGE)
         try:
-            if args.output_format == "stream-json":
-                session.events.on(_print_event)
+            await session.start()
             command = parse_command(prompt)
             if command is not None:
                 outcome = await run_command(runtime, *command)
@@ -95,6 +114,8 @@ async def _run(
             try:
                 result = await run_turn(session, prompt, max_turns=args.max_turns)
             except TurnError as exc:
+                if str(exc) in on_stderr.errors:
+                    return EXIT_FAILED  # already on stderr as its error event
                 return _fail(f"cairn -p: {exc}", EXIT_FAILED)
             _emit(args, result.text, session.id, result.requests)
             return 0
@@ -125,6 +146,30 @@ def _emit(args: PrintArgs, text: str, session_id: str, requests: int) -> None:
     payload = {"type": "result", "result": text, "session_id": session_id, "requests": requests}
     sys.stdout.buffer.write(orjson.dumps(payload) + b"\n")
     sys.stdout.flush()
+
+
+class _StderrNotices:
+    """Prints notices and errors on stderr, one line each, so stdout keeps only the answer."""
+
+    def __init__(self) -> None:
+        #: Messages of the error events printed, so a failed turn is not reported twice.
+        self.errors: set[str] = set()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Notice):
+            _stderr_line("notice", event.text)
+        elif isinstance(event, ErrorEvent):
+            self.errors.add(event.message)
+            _stderr_line("error", event.message)
+
+
+def _stderr_line(kind: str, text: str) -> None:
+    print(f"cairn: {kind}: {one_line(text)}", file=sys.stderr, flush=True)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: trailing blanks trimmed, line breaks shown as ``\\n``."""
+    return "\\n".join(line.rstrip() for line in text.strip().splitlines())
 
 
 def _print_event(event: Event) -> None:

@@ -3,6 +3,13 @@
 Exit codes: 0 every session replayed to its end; 1 some session failed (the
 window is too small for its fixed context, or a request could not be brought
 under the input budget), each named with its reason; 2 a usage or import error.
+
+After every compaction the replay checks continuity (``cairn.replay.continuity``):
+the tables show the share of checks passed — ``–`` when nothing was compacted,
+never 100 % by default — and the first things lost are printed below them; the
+``--json`` summary carries the same figures under ``continuity``. What a
+compaction lost is a measurement, not a failed replay: it does not change the
+exit code.
 """
 
 from __future__ import annotations
