@@ -34,6 +34,8 @@ from typing import Any
 
 import pytest
 
+from openai_server import PROXY_VARS
+
 #: Set by ``make test``: the GGUF file the server loads.
 MODEL_ENV = "CAIRN_TEST_MODEL"
 N_CTX = 8_192
@@ -236,14 +238,7 @@ def proxy_fixture(
     llama_server: LlamaServer, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[RecordingProxy]:
     """A fresh recording proxy in front of the session's real server, for one test."""
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ):
+    for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     proxy = RecordingProxy(llama_server.port)

@@ -42,7 +42,7 @@ import pytest
 DEFAULT_TEXT = "Hello from the test server."
 
 #: Proxy variables cleared by the fixture so the client never leaves 127.0.0.1.
-_PROXY_VARS = (
+PROXY_VARS = (
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "ALL_PROXY",
@@ -588,7 +588,7 @@ def openai_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAISer
     Import it under this name (``from openai_server import openai_server_fixture``)
     so a test parameter called ``openai_server`` does not shadow the import.
     """
-    for name in _PROXY_VARS:
+    for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     with OpenAIServer() as server:
