@@ -17,7 +17,6 @@ from cairn.context.fallback import (
     BOUNDARY_MIN_TEXT_TOKENS,
     FALLBACK_MAX_TOKENS,
     FALLBACK_MIN_TOKENS,
-    FILES_SECTION_TOKENS,
     IMAGE_PLACEHOLDER,
     FallbackPlan,
     fallback_target,
@@ -25,6 +24,7 @@ from cairn.context.fallback import (
 )
 from cairn.context.ledger import (
     ACTIVE_TASK_KEY,
+    FILES_SECTION_TOKENS,
     LEDGER_HEADINGS,
     TODO_SECTION_TOKENS,
     CheckpointEntry,

@@ -10,6 +10,7 @@ from cairn.context.ledger import (
     exact_records,
     normalize_ledger,
     place_exact_records,
+    place_host_facts,
 )
 from cairn.context.summarize import (
     FILE_ELIDED,
@@ -228,3 +229,27 @@ def test_effect_gates(post: int, source: int, window: int, budget: int, fails: s
         assert verdict is None
     else:
         assert verdict is not None and fails in verdict
+
+
+# ---------------------------------------------------------------------------
+# One ledger for both paths: the host places its own facts in the model's summary
+
+
+def test_the_host_places_the_todo_list_and_the_files_the_summary_left_out() -> None:
+    todos = '{"todos": [{"content": "fix the parser", "status": "in_progress"}]}'
+    history = [
+        user("Fix the parser."),
+        assistant(None, [ToolCall("t1", "todo_write", todos)]),
+        tool_result("t1", "ok"),
+        assistant(None, [ToolCall("e1", "edit_file", '{"path": "src/parser.py"}')]),
+        tool_result("e1", "ok"),
+    ]
+    effects = {"edit_file": "write", "todo_write": "write"}
+    model_wrote = normalize_ledger("## Objective and constraints\nFix the parser.")
+    ledger = place_host_facts(model_wrote, history, effects)
+    active = ledger.split("## Active tasks and background work\n", 1)[1].split("\n## ", 1)[0]
+    assert "- [in_progress] fix the parser" in active and "(none)" not in active
+    mutations = ledger.split("## Workspace mutations\n", 1)[1].split("\n## ", 1)[0]
+    assert "- src/parser.py" in mutations
+    assert place_host_facts(ledger, history, effects) == ledger  # placed once, never twice
+    assert [h for h in LEDGER_HEADINGS if f"## {h}" in ledger] == list(LEDGER_HEADINGS)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from cairn.context.effects import ToolEffects, call_path, effect_of, written_files
 from cairn.context.ledger import (
-    EMPTY_SECTION,
     LEDGER_HEADINGS,
     MIN_CHECKPOINT_TOKENS,
     ActiveTask,
@@ -24,7 +23,9 @@ from cairn.context.ledger import (
     build_compact_block,
     checkpoint_cap,
     exact_records,
+    files_section,
     place_exact_records,
+    previous_sections,
     render_ledger,
     todo_section,
     without_exact_records,
@@ -60,14 +61,12 @@ _CUT_ATTEMPTS = 8
 #: tokens, ¼ of these, so CJK text cannot make the ledger four times bigger).
 #: Together they keep the ledger's detail under ~2,000 tokens whatever the
 #: history. What the host promised to keep has budgets of its own and is never
-#: cut: the files written (``FILES_SECTION_TOKENS``), the todo list
+#: cut: the files written (``ledger.FILES_SECTION_TOKENS``), the todo list
 #: (``ledger.TODO_SECTION_TOKENS``) and the exact records (``MAX_EXACT_RECORD_CHARS``).
 OBJECTIVE_CHARS = 600
 DECISION_CHARS = 200
 DECISIONS_KEPT = 5
 FILES_SECTION_CHARS = 1_600
-#: The files-written list has its own budget: every path whole up to it.
-FILES_SECTION_TOKENS = 2_000
 EVIDENCE_CHARS = 1_200
 COMMAND_CHARS = 200
 TODO_CHARS = 800
@@ -91,8 +90,6 @@ _CARRY_CHARS: Mapping[str, int] = {
 _FULL_DETAIL_TARGET = 8_000
 _MIN_DETAIL = 0.25
 
-_LEDGER_OPEN = "<continuation-ledger>\n"
-_LEDGER_CLOSE = "\n</continuation-ledger>"
 
 
 def fallback_target(source_tokens: int, window: int, input_budget: int) -> int:
@@ -364,11 +361,11 @@ def _build_ledger(
         return max(16, int(chars * detail))
 
     calls: dict[str, ToolCall] = {c.id: c for m in history for c in m.tool_calls}
-    previous = _previous_sections(history)
+    previous = previous_sections(history)
     sections: dict[str, str] = {
         "Objective and constraints": _objective(active_task, cap(OBJECTIVE_CHARS)),
         "Decisions and rationale": _decisions(history, cap(DECISION_CHARS)),
-        "Workspace mutations": _mutations(previous.get("Workspace mutations", ""), files),
+        "Workspace mutations": files_section(previous.get("Workspace mutations", ""), files),
         "Verification evidence": _evidence(
             history, calls, effects, cap(COMMAND_CHARS), cap(EVIDENCE_CHARS)
         ),
@@ -387,29 +384,6 @@ def _build_ledger(
             sections[heading] = f"(from the previous compaction)\n{body}"
     # The same host rule as the LLM path: exact records verbatim, under their headings.
     return place_exact_records(render_ledger(sections), exact_records(history))
-
-
-def _previous_sections(history: Sequence[Message]) -> dict[str, str]:
-    """The ledger sections of the newest previous compact block, by heading."""
-    block = next((m for m in reversed(history) if m.meta.kind == KIND_COMPACT_SUMMARY), None)
-    if block is None:
-        return {}
-    text = block.text
-    start = text.find(_LEDGER_OPEN)
-    end = text.find(_LEDGER_CLOSE, start)
-    if start < 0 or end < 0:
-        return {}
-    heading_lines = {f"## {h}": h for h in LEDGER_HEADINGS}
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text[start + len(_LEDGER_OPEN) : end].split("\n"):
-        heading = heading_lines.get(line)
-        if heading is not None and heading not in sections:
-            current = sections[heading] = []
-        elif current is not None:
-            current.append(line)
-    bodies = {h: "\n".join(lines).strip() for h, lines in sections.items()}
-    return {h: b for h, b in bodies.items() if b and b != EMPTY_SECTION}
 
 
 def _objective(active_task: ActiveTask, chars: int) -> str:
@@ -434,29 +408,6 @@ def _decisions(history: Sequence[Message], chars: int) -> str:
             if len(texts) == DECISIONS_KEPT:
                 break
     return "\n".join(f"- {t}" for t in reversed(texts))
-
-
-def _mutations(previous: str, files: Sequence[str]) -> str:
-    """Every file written, each path whole: a cut path names no file.
-
-    Within ``FILES_SECTION_TOKENS`` (its own budget, not scaled by the target)
-    every path is listed; past it the oldest are counted instead.
-    """
-    # Bullets of the previous block first: files written before it stay listed.
-    items = [line[2:].strip() for line in previous.split("\n") if line.startswith("- ")]
-    unique = list(dict.fromkeys(i for i in (*items, *files) if i))
-    listed: list[str] = []
-    used, budget = 0, FILES_SECTION_TOKENS
-    for item in reversed(unique):  # the most recent files win the space
-        line = f"- {' '.join(item.split())}"
-        cost = estimate_tokens(line + "\n")
-        if listed and used + cost > budget:
-            break
-        listed.append(line)
-        used += cost
-    omitted = len(unique) - len(listed)
-    head = [f"({omitted} earlier file(s) not listed)"] if omitted else []
-    return "\n".join(head + listed[::-1])
 
 
 def _is_command(call: ToolCall, effects: ToolEffects) -> bool:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cairn.context.effects import ToolEffects, written_files
 from cairn.context.tool_budget import write_durably
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONValue, Message, MessageMeta
 from cairn.prompts import load_prompt
@@ -766,3 +767,95 @@ def todo_items(arguments: str) -> list[tuple[str, str]] | None:
 def without_exact_records(text: str) -> str:
     """``text`` without its exact-record lines (the host places those itself)."""
     return "\n".join(line for line in text.split("\n") if not _RECORD.match(line.strip()))
+
+
+#: The files-written list has its own budget: every path whole up to it.
+FILES_SECTION_TOKENS = 2_000
+_LEDGER_OPEN = "<continuation-ledger>\n"
+_LEDGER_CLOSE = "\n</continuation-ledger>"
+
+
+def previous_sections(history: Sequence[Message]) -> dict[str, str]:
+    """The ledger sections of the newest previous compact block, by heading."""
+    block = next((m for m in reversed(history) if m.meta.kind == KIND_COMPACT_SUMMARY), None)
+    if block is None:
+        return {}
+    text = block.text
+    start = text.find(_LEDGER_OPEN)
+    end = text.find(_LEDGER_CLOSE, start)
+    if start < 0 or end < 0:
+        return {}
+    heading_lines = {f"## {h}": h for h in LEDGER_HEADINGS}
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text[start + len(_LEDGER_OPEN) : end].split("\n"):
+        heading = heading_lines.get(line)
+        if heading is not None and heading not in sections:
+            current = sections[heading] = []
+        elif current is not None:
+            current.append(line)
+    bodies = {h: "\n".join(lines).strip() for h, lines in sections.items()}
+    return {h: b for h, b in bodies.items() if b and b != EMPTY_SECTION}
+
+
+def files_section(previous: str, files: Sequence[str]) -> str:
+    """Every file written, each path whole: a cut path names no file.
+
+    Within ``FILES_SECTION_TOKENS`` (its own budget, not scaled by the target)
+    every path is listed; past it the oldest are counted instead.
+    """
+    # Bullets of the previous block first: files written before it stay listed.
+    items = [line[2:].strip() for line in previous.split("\n") if line.startswith("- ")]
+    unique = list(dict.fromkeys(i for i in (*items, *files) if i))
+    listed: list[str] = []
+    used, budget = 0, FILES_SECTION_TOKENS
+    for item in reversed(unique):  # the most recent files win the space
+        line = f"- {' '.join(item.split())}"
+        cost = estimate_tokens(line + "\n")
+        if listed and used + cost > budget:
+            break
+        listed.append(line)
+        used += cost
+    omitted = len(unique) - len(listed)
+    head = [f"({omitted} earlier file(s) not listed)"] if omitted else []
+    return "\n".join(head + listed[::-1])
+
+
+def place_under(ledger: str, heading: str, text: str) -> str:
+    """``text`` appended at the end of ``heading``'s section (host-placed, like the records)."""
+    if not text.strip():
+        return ledger
+    lines = ledger.splitlines()
+    if not any(_heading_of(line) for line in lines):
+        lines = normalize_ledger(f"## {LEDGER_HEADINGS[0]}\n{ledger}").splitlines()
+    start = next((i for i, line in enumerate(lines) if _heading_of(line) == heading), None)
+    if start is None:
+        return "\n".join([*lines, "", f"## {heading}", text])
+    end = next(
+        (i for i in range(start + 1, len(lines)) if _heading_of(lines[i]) is not None), len(lines)
+    )
+    body = [line for line in lines[start + 1 : end] if line.strip() != EMPTY_SECTION]
+    while body and not body[-1].strip():
+        body.pop()
+    section = [lines[start], *body, text]
+    tail = ["", *lines[end:]] if end < len(lines) else []
+    return "\n".join([*lines[:start], *section, *tail])
+
+
+def place_host_facts(ledger: str, messages: Sequence[Message], effects: ToolEffects) -> str:
+    """The todo list and the files written, as the host knows them, under their headings.
+
+    The model's summary may skip or garble them; what the host promised to
+    keep it places itself, whole, when the summary does not already hold it.
+    """
+    todo = todo_section(messages)
+    if todo and not all(line in ledger for line in todo.splitlines()[1:]):
+        ledger = place_under(ledger, "Active tasks and background work", todo)
+    previous = previous_sections(messages).get("Workspace mutations", "")
+    files = files_section(previous, written_files(messages, effects))
+    missing = [
+        line for line in files.splitlines() if line.startswith("- ") and line[2:] not in ledger
+    ]
+    if missing:
+        ledger = place_under(ledger, "Workspace mutations", "\n".join(missing))
+    return ledger

@@ -23,6 +23,7 @@ from cairn.context.ledger import (
     exact_records,
     normalize_ledger,
     place_exact_records,
+    place_host_facts,
 )
 from cairn.context.summarizer import Summarizer, SummarizerError, Summary, SummaryRequest
 from cairn.messages import (
@@ -353,6 +354,10 @@ class LLMSummarizer:
     def _replacement(self, request: SummaryRequest, text: str) -> Summary:
         ledger = normalize_ledger(extract_summary(text))
         ledger = place_exact_records(ledger, exact_records(request.messages))
+        if not ledger.strip():
+            raise SummarizerError("the model's summary was empty")
+        # One ledger for both paths: the host's facts, whole, whatever the model wrote.
+        ledger = place_host_facts(ledger, request.messages, request.tool_effects)
         if not ledger.strip():
             raise SummarizerError("the model's summary was empty")
         active_task = active_task_of(
