@@ -91,7 +91,6 @@ _FULL_DETAIL_TARGET = 8_000
 _MIN_DETAIL = 0.25
 
 
-
 def fallback_target(source_tokens: int, window: int, input_budget: int) -> int:
     """min(50_000, max(5_000, 0.8 × source), 0.5 × window, 0.5 × input_budget), floored.
 
