@@ -374,11 +374,13 @@ def test_a_snip_too_small_to_pay_for_its_cache_miss_is_not_made(tmp_path: Path) 
 
 def test_snip_batching_rules() -> None:
     assert snip_target(10_000, 7_000) == 7_000 - int(SNIP_BATCH_SHARE * 10_000)
-    assert not snip_worth_it(saved=900, tokens=7_500, budget=10_000, compaction_line=8_000)
-    assert snip_worth_it(saved=1_000, tokens=7_500, budget=10_000, compaction_line=8_000)
-    # Over the compaction line a compaction rewrites everything anyway: any saving helps.
-    assert snip_worth_it(saved=400, tokens=8_500, budget=10_000, compaction_line=8_000)
-    assert not snip_worth_it(saved=0, tokens=8_500, budget=10_000, compaction_line=8_000)
+    # In the band: only a snip that saves a tenth of the budget.
+    assert not snip_worth_it(900, 7_500, 10_000, handoff_line=7_000, compaction_line=8_000)
+    assert snip_worth_it(1_000, 7_500, 10_000, handoff_line=7_000, compaction_line=8_000)
+    # Over the compaction line: only one that buys real room (back under the handoff line);
+    # a compaction is one rewrite, repeated small snips are one each.
+    assert snip_worth_it(1_600, 8_500, 10_000, handoff_line=7_000, compaction_line=8_000)
+    assert not snip_worth_it(600, 8_500, 10_000, handoff_line=7_000, compaction_line=8_000)
 
 
 def test_micro_compact_after_an_idle_minute_keeps_the_last_three_tool_turns(

@@ -372,19 +372,24 @@ class ContextPipeline:
             else before
         )
 
+        spare: tuple[list[ContentEdit], int] | None = None
         if (
             snapshot.tokens is not None
             and snapshot.input_budget is not None
             and snapshot.phase in _SNIP_PHASES
         ):
             budget = snapshot.input_budget
-            target = snip_target(budget, handoff_line(budget, self.config.handoff_ratio))
+            line = handoff_line(budget, self.config.handoff_ratio)
             more, saved = snip_edits(
-                view, excess=snapshot.tokens - target, effects=self._effects, count=self._count
+                view,
+                excess=snapshot.tokens - snip_target(budget, line),
+                effects=self._effects,
+                count=self._count,
             )
-            if not snip_worth_it(
-                saved, snapshot.tokens, budget, self.config.compact_ratio * budget
-            ):
+            compaction_line = self.config.compact_ratio * budget
+            if not snip_worth_it(saved, snapshot.tokens, budget, line, compaction_line):
+                if snapshot.tokens >= compaction_line:
+                    spare = (more, saved)  # taken only if no compaction can run
                 more, saved = [], 0
             edits += more
             view = apply_edits(view, more)
@@ -414,6 +419,13 @@ class ContextPipeline:
                     self._refuse_over_budget(after, fixed_tokens, warnings)
                     return CheckResult(before, after, len(edits), outcome, warnings=tuple(warnings))
 
+        if spare is not None and spare[0]:
+            # No compaction ran: the snip held back for the cache is the next best thing.
+            edits += spare[0]
+            view = apply_edits(view, spare[0])
+            snapshot = self._tracker.snapshot(
+                (snapshot.tokens or 0) - spare[1], before.source, before.estimated
+            )
         # The request goes out with the projection the decisions were made on,
         # plus the handoff reminder if one is added now.
         self._refuse_over_budget(snapshot, fixed_tokens, warnings)

@@ -119,15 +119,19 @@ def snip_target(budget: int, handoff_line: int) -> int:
     return max(handoff_line - int(SNIP_BATCH_SHARE * budget), 0)
 
 
-def snip_worth_it(saved: int, tokens: int, budget: int, compaction_line: float) -> bool:
+def snip_worth_it(
+    saved: int, tokens: int, budget: int, handoff_line: float, compaction_line: float
+) -> bool:
     """Whether a planned snip pays for the cache miss it causes.
 
-    In the band, only if it saves enough. Over the compaction line always: a
-    compaction rewrites everything anyway, and when none can run (nothing to
-    compact, a hook's block) the snip is what keeps the request small.
+    In the band, only if it saves enough. Over the compaction line, only if it
+    takes the context back under the handoff line: a snip that merely scrapes
+    under the compaction line is followed by another at the next request, and
+    a compaction (one rewrite that buys real room) costs the cache less. When
+    no compaction can run, the pipeline applies the snip anyway.
     """
     if tokens >= compaction_line:
-        return saved > 0
+        return saved > 0 and tokens - saved <= handoff_line
     return saved >= SNIP_MIN_SAVING_SHARE * budget
 
 
