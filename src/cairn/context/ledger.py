@@ -848,10 +848,16 @@ def place_host_facts(ledger: str, messages: Sequence[Message], effects: ToolEffe
     The model's summary may skip or garble them; what the host promised to
     keep it places itself, whole, when the summary does not already hold it.
     """
+    sections = previous_sections(messages)
     todo = todo_section(messages)
-    if todo and not all(line in ledger for line in todo.splitlines()[1:]):
+    if not todo:
+        # The newest todo call was compacted away before: the previous block holds it.
+        carried = sections.get("Active tasks and background work", "").splitlines()
+        todo = "\n".join(line for line in carried if line.startswith(("Todo list", "- [")))
+    items = [line for line in todo.splitlines() if line.startswith("- [")]
+    if todo and not all(line in ledger for line in items or todo.splitlines()):
         ledger = place_under(ledger, "Active tasks and background work", todo)
-    previous = previous_sections(messages).get("Workspace mutations", "")
+    previous = sections.get("Workspace mutations", "")
     files = files_section(previous, written_files(messages, effects))
     missing = [
         line for line in files.splitlines() if line.startswith("- ") and line[2:] not in ledger
