@@ -17,6 +17,10 @@ instruction, every exact record, every todo item, every written path, the
 call/result pairing), no round may be split and the transcript must rebuild
 the same API view. Failures that the paths allow leave the context as it
 was.
+
+Todo items and paths are generated single-spaced: the ledger lists them
+whitespace-normalized (one line each), which the checker, comparing raw
+text, would count as lost once their tool call is compacted away.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
@@ -600,6 +604,10 @@ async def play(server: OpenAIServer, session: Sequence[object], shape: Shape, ho
 @settings(
     max_examples=20,
     deadline=None,
+    # Each example plays a whole session against the server (about a second):
+    # shrinking a failure would take many minutes. A failure names the step,
+    # the path, the compaction and what went missing instead.
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,
         HealthCheck.too_slow,
