@@ -18,9 +18,10 @@ call/result pairing), no round may be split and the transcript must rebuild
 the same API view. Failures that the paths allow leave the context as it
 was.
 
-Todo items and paths are generated single-spaced: the ledger lists them
-whitespace-normalized (one line each), which the checker, comparing raw
-text, would count as lost once their tool call is compacted away.
+Todo items and paths carry doubled spaces, tabs and line breaks too: the
+ledger lists each on one line, verbatim (JSON-escaped where it must be),
+and the checker compares raw text, so any normalization would count as a
+loss once their tool call is compacted away.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ PATHS = [
     "src/db/schema.sql",
     "src/config.toml",
     "src/tests/test_export.py",
+    "notes/meeting  notes.md",
+    "notes/tab\tseparated.txt",
+    "notes/odd\nname.py",
 ]
 WORDS = [
     "fix",
@@ -216,8 +220,15 @@ say = st.builds(
     st.lists(st.tuples(heading, payload), max_size=3).map(tuple),
     st.sampled_from([0.0] * 8 + [0.06, 0.3, 1.3, 2.5]),
 )
+separator = st.sampled_from([" ", " ", " ", " ", "  ", "\t", "\n", " \u3000"])
+spaced_words = st.lists(st.tuples(st.sampled_from(WORDS), separator), min_size=1, max_size=12).map(
+    lambda pairs: "".join(w + sep for w, sep in pairs)[: -len(pairs[-1][1])]
+)
 todo_item = st.fixed_dictionaries(
-    {"content": words, "status": st.sampled_from(["pending", "in_progress", "completed"])}
+    {
+        "content": spaced_words,
+        "status": st.sampled_from(["pending", "in_progress", "completed"]),
+    }
 )
 
 

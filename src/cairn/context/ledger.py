@@ -760,8 +760,18 @@ def todo_items(arguments: str) -> list[tuple[str, str]] | None:
         if content is None:
             return None
         status = item.get("status")
-        items.append((status if isinstance(status, str) else "pending", " ".join(content.split())))
+        items.append((status if isinstance(status, str) else "pending", one_line(content)))
     return items
+
+
+def one_line(text: str) -> str:
+    """``text`` as one ledger line, verbatim when it already is one.
+
+    Line breaks and other control characters are written JSON-escaped
+    (``\\n``, ``\\t``), so a todo item or a path stays findable character
+    for character — collapsing its whitespace would name another file.
+    """
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def without_exact_records(text: str) -> str:
@@ -805,12 +815,12 @@ def files_section(previous: str, files: Sequence[str]) -> str:
     every path is listed; past it the oldest are counted instead.
     """
     # Bullets of the previous block first: files written before it stay listed.
-    items = [line[2:].strip() for line in previous.split("\n") if line.startswith("- ")]
-    unique = list(dict.fromkeys(i for i in (*items, *files) if i))
+    items = [line[2:] for line in previous.split("\n") if line.startswith("- ")]
+    unique = list(dict.fromkeys(one_line(i) for i in (*items, *files) if i.strip()))
     listed: list[str] = []
     used, budget = 0, FILES_SECTION_TOKENS
     for item in reversed(unique):  # the most recent files win the space
-        line = f"- {' '.join(item.split())}"
+        line = f"- {item}"
         cost = estimate_tokens(line + "\n")
         if listed and used + cost > budget:
             break
