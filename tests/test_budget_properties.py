@@ -135,6 +135,9 @@ class Shape:
     on_failure: OnFailure
     failures: frozenset[int]
     seed: int
+    #: The system prompt's share of the input budget (0: a short one). Agents'
+    #: own prompts and tools take a third of an 8k budget or more.
+    system_share: float = 0.0
 
 
 shapes = st.builds(
@@ -146,6 +149,7 @@ shapes = st.builds(
     on_failure=st.sampled_from(["fallback", "skip"]),
     failures=st.frozensets(st.integers(1, 12), max_size=6),
     seed=st.integers(0, 2**32 - 1),
+    system_share=st.sampled_from([0.0, 0.0, 0.2, 0.33, 0.45, 0.55]),
 )
 
 
@@ -173,8 +177,9 @@ def play(shape: Shape, home: Path) -> dict[str, int]:
     rng = random.Random(shape.seed)
     window = shape.window
     budget = input_budget(window, shape.max_output_tokens)
+    prompt_tokens = max(150, int(shape.system_share * budget))
     fixed = FixedContext(
-        (system("You are a coding agent. " + text(rng, 150, "prose")),),
+        (system("You are a coding agent. " + text(rng, prompt_tokens, "prose")),),
         tool_schemas(shape.tools),
     )
     p = ContextPipeline.open(
@@ -220,8 +225,18 @@ def play(shape: Shape, home: Path) -> dict[str, int]:
                 stats["requests"] += 1
                 if check.compaction is not None:
                     stats["compactions"] += 1
-                    replacement = check.compaction.post_tokens - p.fixed_tokens(fixed)
+                    fixed_tokens = p.fixed_tokens(fixed)
+                    replacement = check.compaction.post_tokens - fixed_tokens
                     assert replacement <= budget // 2, (replacement, budget)
+                    if fixed_tokens < 0.6 * budget:
+                        # It lands below the handoff line: no compaction loop, and
+                        # no handoff right after it.
+                        assert check.compaction.post_tokens < 0.7 * budget, (
+                            check.compaction.post_tokens,
+                            fixed_tokens,
+                            budget,
+                        )
+                        assert check.after.phase == "below_handoff"
                 answer = respond(p, rng, budget, n, step)
                 p.add(
                     answer_with_usage(answer, exact, exact_count(answer)),

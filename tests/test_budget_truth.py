@@ -216,7 +216,8 @@ def test_a_floor_just_under_the_budget_cannot_hold_back_a_request_over_it(
     post = first.after.tokens or 0
     assert LINE <= post < BUDGET - 300
     respond(p, prompt=post)  # the provider confirms: still over the line
-    p.add(user("and also " * (4 * (BUDGET - post) // 9 + 200)))  # just over the budget
+    # "and also " is 9 characters, about 2¼ estimated tokens: just over the budget.
+    p.add(user("and also " * (4 * (BUDGET - post + 60) // 9 + 1)))
     projected = p.project(fixed).tokens or 0
     assert BUDGET < projected < post + 0.1 * BUDGET
     try:

@@ -30,6 +30,7 @@ from cairn.context.ledger import (
     CheckpointEntry,
     active_task_of,
     build_compact_block,
+    files_section,
     render_ledger,
     todo_items,
     todo_section,
@@ -176,6 +177,35 @@ def test_target_is_an_int_and_never_above_half_the_input_budget() -> None:
             assert isinstance(target, int)
             assert target <= input_budget(window) / 2
             assert target <= FALLBACK_MAX_TOKENS
+
+
+def test_target_brings_the_whole_next_request_back_to_half_the_budget() -> None:
+    """Regression: the target was half of what the fixed context leaves, so with tools
+    and a system prompt a third of an 8k budget a compaction landed at 65 %, just under
+    the handoff line, and the next one came a few requests later."""
+    budget, fixed = 4_096, 1_256
+    share = budget - fixed
+    target = fallback_target(100_000, 8_192, share, fixed)
+    assert fixed + target == budget // 2
+    # No fixed context: half the share, as before.
+    assert fallback_target(100_000, 8_192, share) == share // 2
+    # A fixed context that takes most of the budget still leaves the replacement a quarter.
+    assert fallback_target(100_000, 8_192, 1_000, 3_096) == 1_000 // 4
+
+
+@given(
+    budget=st.integers(1_024, 200_000),
+    fixed_share=st.floats(0.0, 0.59),
+    source=st.integers(0, 10**6),
+)
+def test_a_finished_fallback_compaction_lands_below_the_handoff_line(
+    budget: int, fixed_share: float, source: int
+) -> None:
+    """Whatever the fixed context, up to 60 % of the budget: fixed + target < 70 %."""
+    fixed = int(fixed_share * budget)
+    target = fallback_target(source, 2 * budget, budget - fixed, fixed)
+    assert fixed + target < 0.7 * budget
+    assert target <= max((budget - fixed) // 2, 0)
 
 
 # ---------------------------------------------------------------------------
@@ -814,3 +844,20 @@ def test_every_written_path_is_listed_whole() -> None:
     mutations = section(plan(history, window=8_192).summary, "Workspace mutations")
     for path in paths:
         assert f"- {path}" in mutations
+
+
+def test_todo_items_and_paths_are_listed_verbatim_on_one_line() -> None:
+    """Regression: whitespace was collapsed, so 'meeting  notes.md' became another file
+    and a todo item with a tab or a line break no longer read as the user wrote it."""
+    call = ToolCall(
+        "t1",
+        "todo_write",
+        json.dumps({"todos": [{"content": "fix  the\texport\nthen test", "status": "pending"}]}),
+    )
+    section = todo_section([assistant(None, [call]), tool_result("t1", "ok")])
+    assert "fix  the\\texport\\nthen test" in section
+    assert len(section.splitlines()) == 2
+    listed = files_section("", ["notes/meeting  notes.md", "notes/odd\nname.py"])
+    assert listed.splitlines() == ["- notes/meeting  notes.md", "- notes/odd\\nname.py"]
+    # Carried over from a previous block, a path is neither re-escaped nor duplicated.
+    assert files_section(listed, ["notes/odd\nname.py"]) == listed

@@ -91,12 +91,21 @@ _FULL_DETAIL_TARGET = 8_000
 _MIN_DETAIL = 0.25
 
 
-def fallback_target(source_tokens: int, window: int, input_budget: int) -> int:
-    """min(50_000, max(5_000, 0.8 × source), 0.5 × window, 0.5 × input_budget), floored.
+def fallback_target(
+    source_tokens: int, window: int, input_budget: int, fixed_tokens: int = 0
+) -> int:
+    """min(50_000, max(5_000, 0.8 × source), 0.5 × window, room), floored.
 
-    The last term keeps every finished compaction below the handoff line, even
-    in small windows, so a compaction never triggers the next one.
+    ``input_budget`` is the conversation's share of a request's budget (the
+    fixed context takes the rest), ``fixed_tokens`` that fixed context. The
+    ``room`` term brings the whole next request — fixed context included —
+    back to half the input budget, so a finished compaction lands well below
+    the handoff line and buys as much room as it takes, even in small windows
+    where the system prompt and tools take a third of the budget; when the
+    fixed context takes most of it, the replacement still gets a quarter of
+    what it leaves. With no fixed context, ``room`` is half the share.
     """
+    room = max((input_budget - fixed_tokens) // 2, input_budget // 4)
     # Integer arithmetic: floor(min(...)) == min(floors), and no float noise.
     return max(
         0,
@@ -104,7 +113,7 @@ def fallback_target(source_tokens: int, window: int, input_budget: int) -> int:
             FALLBACK_MAX_TOKENS,
             max(FALLBACK_MIN_TOKENS, source_tokens * 4 // 5),
             window // 2,
-            input_budget // 2,
+            room,
         ),
     )
 
@@ -130,6 +139,7 @@ def plan_fallback(
     count: Callable[[Message], int] = estimate_message_tokens,
     checkpoint_tokens: int | None = None,
     artifacts_dir: Path | None = None,
+    fixed_tokens: int = 0,
 ) -> FallbackPlan:
     """Plan the replacement context for ``messages`` (the API view) without a model.
 
@@ -152,7 +162,7 @@ def plan_fallback(
     history = [messages[i] for i in kept_indexes]
     history_counts = [counts[i] for i in kept_indexes]
 
-    target = fallback_target(source_tokens, window, input_budget)
+    target = fallback_target(source_tokens, window, input_budget, fixed_tokens)
     cap = min(
         checkpoint_cap(checkpoint_tokens, input_budget),
         max(MIN_CHECKPOINT_TOKENS, target // 2),

@@ -89,5 +89,6 @@ def fallback_summary(messages: Sequence[Message], request: SummaryRequest) -> Su
         count=request.count,
         checkpoint_tokens=request.checkpoint_tokens,
         artifacts_dir=request.artifacts_dir,
+        fixed_tokens=request.fixed_tokens,
     )
     return Summary(plan.replacement, plan.summary, "fallback", plan.files)
