@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import resource
 import signal
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from cairn.context import (
     Summary,
     SummaryRequest,
 )
-from cairn.context.budget import handoff_line
+from cairn.context.budget import compaction_due
 from cairn.context.pipeline import RequestTooLargeError
 from cairn.context.snip import SNIP_BATCH_SHARE, is_elided, snip_target, snip_worth_it
 from cairn.messages import (
@@ -336,19 +337,35 @@ def test_handoff_messages_are_stripped_from_the_compaction_input(tmp_path: Path)
     assert "token-budget-handoff" not in p.messages[0].text
 
 
-def test_snip_brings_the_context_below_the_handoff_line_without_compacting(
+class ScriptedModelSummarizer:
+    """Stands for the LLM's fork (the pipeline treats it as a model call); counts calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        self.calls += 1
+        return await FallbackSummarizer().summarize(request)
+
+
+def reads(p: ContextPipeline, turns: int) -> None:
+    p.add(user("survey the code"))
+    for i in range(turns):
+        tool_turn(p, "read_file", "def f():\n    pass\n" * 180, path=f"m{i}.py")
+
+
+def test_over_the_compaction_line_a_snip_stands_in_for_a_model_compaction(
     tmp_path: Path,
 ) -> None:
-    p = make(tmp_path)
-    p.add(user("survey the code"))
-    for i in range(10):
-        tool_turn(p, "read_file", "def f():\n    pass\n" * 180, path=f"m{i}.py")
-    respond(p, int(HANDOFF_LINE) + 1_000)
+    """One rewrite instead of a fork: the snip takes the context under the handoff line."""
+    summarizer = ScriptedModelSummarizer()
+    p = make(tmp_path, summarizer=summarizer)
+    reads(p, 14)
+    respond(p, int(COMPACT_LINE) + 500)
     result = run(p.check_and_compact(FIXED))
-    assert result.compaction is None and result.edits > 0
-    assert result.after.tokens is not None
-    # A batch: well below the line, so the next snip (a cache miss) is far away.
-    assert result.after.tokens <= handoff_line(BUDGET, 0.7) - 0.15 * BUDGET
+    assert result.before.phase == "compaction_due"
+    assert result.compaction is None and result.edits > 0 and summarizer.calls == 0
+    assert result.after.tokens is not None and result.after.tokens <= HANDOFF_LINE
     assert sum(is_elided(m) for m in p.messages) == result.edits
     edits = [
         r
@@ -359,28 +376,86 @@ def test_snip_brings_the_context_below_the_handoff_line_without_compacting(
     assert transcript_api(p) == list(p.messages)
 
 
-def test_a_snip_too_small_to_pay_for_its_cache_miss_is_not_made(tmp_path: Path) -> None:
-    """In the band, a snip that saves under 10 % of the budget waits: it would rewrite an
-    old message (the provider's cache is lost from there) for little."""
+def test_over_the_compaction_line_the_fallback_compacts_rather_than_snips(
+    tmp_path: Path,
+) -> None:
+    """Against the model-free fallback a snip is a cache miss as big as the compaction's
+    that buys less room: the compaction runs, and nothing is snipped."""
     p = make(tmp_path)
-    p.add(user("survey the code"))
-    for i in range(4):
-        tool_turn(p, "read_file", "def f():\n    pass\n" * 180, path=f"m{i}.py")
+    reads(p, 14)
+    respond(p, int(COMPACT_LINE) + 500)
+    result = run(p.check_and_compact(FIXED))
+    assert result.compaction is not None and result.compaction.strategy == "fallback"
+    assert result.edits == 0
+    assert not any(isinstance(r, ContextEditRecord) for r in read_transcript(p._store.path).records)  # type: ignore[attr-defined]
+
+
+def test_in_the_handoff_band_nothing_is_snipped(tmp_path: Path) -> None:
+    """Regression: snips in the band rewrote the cached prefix for a compaction that
+    came a few requests later anyway (8k replay: 134 snip requests, 11 % of the misses)."""
+    p = make(tmp_path, summarizer=ScriptedModelSummarizer())
+    reads(p, 14)
     respond(p, int(HANDOFF_LINE) + 1_000)
     result = run(p.check_and_compact(FIXED))
     assert result.before.phase == "handoff_band"
-    assert result.compaction is None and result.edits == 0
+    assert result.compaction is None and result.edits == 0 and result.handoff
+
+
+def test_a_held_back_snip_is_applied_when_no_compaction_can_run(tmp_path: Path) -> None:
+    """Too small to replace a compaction, it is still better than nothing when the
+    compaction fails and the policy is to skip."""
+    summarizer = FailingSummarizer()
+    p = make(tmp_path, summarizer=summarizer, on_failure="skip")
+    reads(p, 4)
+    respond(p, int(COMPACT_LINE) + 500)
+    result = run(p.check_and_compact(FIXED))
+    assert summarizer.calls == 1 and result.compaction is None
+    assert result.edits == 1 and sum(is_elided(m) for m in p.messages) == 1
+    assert result.after.tokens is not None and result.after.tokens < result.before.tokens  # type: ignore[operator]
+    assert transcript_api(p) == list(p.messages)
 
 
 def test_snip_batching_rules() -> None:
     assert snip_target(10_000, 7_000) == 7_000 - int(SNIP_BATCH_SHARE * 10_000)
-    # In the band: only a snip that saves a tenth of the budget.
-    assert not snip_worth_it(900, 7_500, 10_000, handoff_line=7_000, compaction_line=8_000)
-    assert snip_worth_it(1_000, 7_500, 10_000, handoff_line=7_000, compaction_line=8_000)
-    # Over the compaction line: only one that buys real room (back under the handoff line);
-    # a compaction is one rewrite, repeated small snips are one each.
-    assert snip_worth_it(1_600, 8_500, 10_000, handoff_line=7_000, compaction_line=8_000)
-    assert not snip_worth_it(600, 8_500, 10_000, handoff_line=7_000, compaction_line=8_000)
+    # Only in place of a model compaction, and only one that buys real room (back
+    # under the handoff line): repeated small snips are one cache miss each.
+    assert snip_worth_it(1_600, 8_500, 7_000, saves_model_call=True)
+    assert not snip_worth_it(1_400, 8_500, 7_000, saves_model_call=True)
+    assert not snip_worth_it(0, 6_900, 7_000, saves_model_call=True)
+    # Against the model-free fallback, never.
+    assert not snip_worth_it(5_000, 8_500, 7_000, saves_model_call=False)
+
+
+def test_the_handoff_reminder_does_not_make_the_compaction_due(tmp_path: Path) -> None:
+    """Regression: the reminder's own weight pushed the context over the compaction
+    line, so the compaction came a request early (in an 8k window the reminder is a
+    fifth of the band). Whether a request fits still counts every token."""
+    p = make(tmp_path)
+    reads(p, 6)
+    respond(p, int(HANDOFF_LINE) + 100)
+    first = run(p.check_and_compact(FIXED))
+    assert first.handoff
+    reminder = p.messages[-1]
+    cost = p._count(reminder)  # type: ignore[attr-defined]
+    assert cost > 20
+    # The provider counted the reminder: with it the context is over the line, without not.
+    respond(p, math.ceil(COMPACT_LINE) + cost // 2)
+    second = run(p.check_and_compact(FIXED))
+    assert second.before.phase == "compaction_due"
+    assert second.compaction is None
+    p.close()
+    # The same decision after a resume: the reminder is found in the reopened context.
+    again = make(tmp_path)
+    assert run(again.check_and_compact(FIXED)).compaction is None
+    # Real growth still compacts.
+    respond(again, math.ceil(COMPACT_LINE) + cost + 10)
+    assert run(again.check_and_compact(FIXED)).compaction is not None
+
+
+def test_compaction_due_rule() -> None:
+    assert compaction_due(8_000, 0, 10_000, 0.8)
+    assert not compaction_due(8_050, 100, 10_000, 0.8)
+    assert compaction_due(8_100, 100, 10_000, 0.8)
 
 
 def test_micro_compact_after_an_idle_minute_keeps_the_last_three_tool_turns(

@@ -37,6 +37,17 @@ def phase_for(tokens: int, budget: int, handoff_ratio: float, compact_ratio: flo
     return "below_handoff"
 
 
+def compaction_due(tokens: int, control_tokens: int, budget: int, compact_ratio: float) -> bool:
+    """Whether the context reached the compaction line, the host's reminders not counted.
+
+    The handoff reminder asks the model for its frontier before the
+    compaction it announces, which drops it. Counted, its own weight would
+    make that compaction due early: in an 8k window it is a fifth of the
+    handoff band. Whether a request fits the budget still counts every token.
+    """
+    return tokens - control_tokens >= compact_ratio * budget
+
+
 def handoff_line(budget: int, handoff_ratio: float) -> int:
     """The largest token count still below the handoff band."""
     return max(math.ceil(handoff_ratio * budget) - 1, 0)

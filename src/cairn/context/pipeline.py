@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cairn.context.breaker import CompactionBreaker, breaker_key
-from cairn.context.budget import compaction_would_help, handoff_line
+from cairn.context.budget import compaction_due, compaction_would_help, handoff_line
 from cairn.context.calibration import (
     CALIBRATION_KEY,
     FixedCalibration,
@@ -172,8 +172,6 @@ _UNKNOWN = TokenSnapshot(None, "unknown", None, "unknown")
 #: The window a manual compaction assumes when the model's is unknown: half
 #: of it is the absolute cap on a summary, so only that cap applies.
 UNKNOWN_WINDOW = 2 * MAX_SUMMARY_TOKENS
-#: Phases in which old tool results are snipped.
-_SNIP_PHASES = ("handoff_band", "compaction_due")
 
 
 class ContextPipeline:
@@ -237,6 +235,12 @@ class ContextPipeline:
         )
         self._last_call = _last_response_time(records)
         self._restore_boundary(records)
+        #: (epoch, tokens) of the handoff reminders in the context: the
+        #: compaction line is measured without them (``budget.compaction_due``).
+        self._control = (
+            self.epoch,
+            sum(self._count(m) for m in self.messages if m.meta.kind == KIND_HANDOFF),
+        )
 
     @classmethod
     def open(
@@ -373,10 +377,11 @@ class ContextPipeline:
         )
 
         spare: tuple[list[ContentEdit], int] | None = None
+        control = self._control_tokens()
         if (
             snapshot.tokens is not None
             and snapshot.input_budget is not None
-            and snapshot.phase in _SNIP_PHASES
+            and self._due(snapshot, control)
         ):
             budget = snapshot.input_budget
             line = handoff_line(budget, self.config.handoff_ratio)
@@ -386,10 +391,10 @@ class ContextPipeline:
                 effects=self._effects,
                 count=self._count,
             )
-            compaction_line = self.config.compact_ratio * budget
-            if not snip_worth_it(saved, snapshot.tokens, budget, line, compaction_line):
-                if snapshot.tokens >= compaction_line:
-                    spare = (more, saved)  # taken only if no compaction can run
+            if snip_worth_it(saved, snapshot.tokens, line, self._would_call_model()):
+                spare = None
+            else:
+                spare = (more, saved)  # taken only if no compaction can run
                 more, saved = [], 0
             edits += more
             view = apply_edits(view, more)
@@ -400,7 +405,7 @@ class ContextPipeline:
             )
 
         over = _over_budget(snapshot)
-        if snapshot.phase == "compaction_due" or over:
+        if self._due(snapshot, control) or over:
             held = self._held_back(snapshot)
             if held is not None and not over:
                 warnings.append(held)
@@ -617,6 +622,12 @@ class ContextPipeline:
         self._breaker.record_success(key)
         return summary
 
+    def _would_call_model(self) -> bool:
+        """Whether an automatic compaction now would ask the LLM (not the model-free fallback)."""
+        if isinstance(self._summarizer, FallbackSummarizer):
+            return False
+        return not self._breaker.is_open(breaker_key(self._workspace, self.session_id))
+
     def _not_compacted(self, trigger: Trigger, reason: str, warnings: list[str]) -> None:
         """An auto or reactive compaction that cannot help says why; a manual one fails."""
         if trigger == "manual":
@@ -825,7 +836,19 @@ class ContextPipeline:
         record = HandoffRecord(build_handoff_message(snapshot), epoch=self.epoch)
         self._store.append(record)
         self._handoffs.observe(record)
+        self._control = (self.epoch, self._count(record.message))
         return record.message
+
+    def _control_tokens(self) -> int:
+        """Tokens of this epoch's handoff reminder in the context (a compaction drops it)."""
+        epoch, tokens = self._control
+        return tokens if epoch == self.epoch else 0
+
+    def _due(self, snapshot: TokenSnapshot, control: int) -> bool:
+        budget = snapshot.input_budget
+        if snapshot.tokens is None or budget is None:
+            return False
+        return compaction_due(snapshot.tokens, control, budget, self.config.compact_ratio)
 
     def _idle(self) -> bool:
         if self._last_call is None:

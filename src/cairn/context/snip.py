@@ -108,10 +108,6 @@ def snip_edits(
 #: next one is many requests away: each snip rewrites an old message, and the
 #: provider's prompt cache is lost from there on.
 SNIP_BATCH_SHARE = 0.25
-#: In the handoff band a snip must save at least this share of the budget:
-#: less is not worth the cache miss it causes (the compaction would come soon
-#: anyway and rewrite everything).
-SNIP_MIN_SAVING_SHARE = 0.10
 
 
 def snip_target(budget: int, handoff_line: int) -> int:
@@ -119,20 +115,20 @@ def snip_target(budget: int, handoff_line: int) -> int:
     return max(handoff_line - int(SNIP_BATCH_SHARE * budget), 0)
 
 
-def snip_worth_it(
-    saved: int, tokens: int, budget: int, handoff_line: float, compaction_line: float
-) -> bool:
-    """Whether a planned snip pays for the cache miss it causes.
+def snip_worth_it(saved: int, tokens: int, handoff_line: float, saves_model_call: bool) -> bool:
+    """Whether a snip planned at the compaction line pays for the cache miss it causes.
 
-    In the band, only if it saves enough. Over the compaction line, only if it
-    takes the context back under the handoff line: a snip that merely scrapes
-    under the compaction line is followed by another at the next request, and
-    a compaction (one rewrite that buys real room) costs the cache less. When
-    no compaction can run, the pipeline applies the snip anyway.
+    A snip rewrites everything after the oldest result it elides — most of
+    the context — so its cache miss is about as big as a compaction's, and
+    it buys less room (down to the handoff line, where a compaction goes to
+    half the budget). It is worth it only in place of a compaction that
+    would call the model (the LLM's fork: a pause and a whole-context
+    request), and only if it takes the context back under the handoff line;
+    against the model-free fallback it is not. In the handoff band it is
+    never planned: the compaction comes anyway and rewrites everything. When
+    no compaction can run, the pipeline applies it anyway.
     """
-    if tokens >= compaction_line:
-        return saved > 0 and tokens - saved <= handoff_line
-    return saved >= SNIP_MIN_SAVING_SHARE * budget
+    return saves_model_call and saved > 0 and tokens - saved <= handoff_line
 
 
 def apply_edits(messages: Iterable[Message], edits: Sequence[ContentEdit]) -> list[Message]:
