@@ -28,6 +28,7 @@ import asyncio
 import datetime as dt
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -77,35 +78,52 @@ def corpus_files() -> tuple[str, list[Path]]:
 
 def run(files: list[Path], windows: tuple[int, ...], tokenizer: str) -> list[JSONObject]:
     rows: list[JSONObject] = []
-    with tempfile.TemporaryDirectory(prefix="cairn-bench-replay-") as tmp:
-        for path in files:
-            imported = import_sessions(path)
-            source = str(path.relative_to(path.parents[1]))
-            for window in windows:
-                for policy in POLICIES:
-                    options = ReplayOptions(window, policy, tokenizer)
-                    started = time.perf_counter()
-                    reports = asyncio.run(
-                        replay_sessions(imported.sessions, options, Path(tmp) / "t")
-                    )
-                    wall = time.perf_counter() - started
-                    summary = ReplaySummary(
-                        source, imported.format, window, tokenizer, policy, tuple(reports)
-                    ).to_dict()
-                    requests = _int(summary["requests"])
-                    seconds = float(str(summary["pipeline_seconds"]))
-                    summary["pipeline_us_per_request"] = (
-                        round(1e6 * seconds / requests, 1) if requests else 0
-                    )
-                    summary["wall_seconds"] = round(wall, 3)
-                    summary["session_billed"] = _session_billed(reports)
-                    rows.append(summary)
+    # A fixed directory, not a random one: the replayed workspace's path is in
+    # the restoration message after every compaction, so a random name of a
+    # different token count would change the figures from one run to the next.
+    tmp = Path(tempfile.gettempdir()) / "cairn-bench-replay"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _replay_files(files, windows, tokenizer, tmp, rows)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return rows
+
+
+def _replay_files(
+    files: list[Path], windows: tuple[int, ...], tokenizer: str, tmp: Path, rows: list[JSONObject]
+) -> None:
+    for path in files:
+        imported = import_sessions(path)
+        source = str(path.relative_to(path.parents[1]))
+        for window in windows:
+            for policy in POLICIES:
+                options = ReplayOptions(window, policy, tokenizer)
+                started = time.perf_counter()
+                reports = asyncio.run(replay_sessions(imported.sessions, options, tmp / "t"))
+                wall = time.perf_counter() - started
+                summary = ReplaySummary(
+                    source, imported.format, window, tokenizer, policy, tuple(reports)
+                ).to_dict()
+                requests = _int(summary["requests"])
+                seconds = float(str(summary["pipeline_seconds"]))
+                summary["pipeline_us_per_request"] = (
+                    round(1e6 * seconds / requests, 1) if requests else 0
+                )
+                summary["wall_seconds"] = round(wall, 3)
+                summary["session_billed"] = _session_billed(reports)
+                summary["session_missed"] = _session_missed(reports)
+                rows.append(summary)
 
 
 def _session_billed(reports: Sequence[SessionReport]) -> list[JSONValue]:
     """Billed prompt tokens per session, in session order; ``None`` for a failed one."""
     return [None if r.failed else r.billed_prompt_tokens for r in reports]
+
+
+def _session_missed(reports: Sequence[SessionReport]) -> list[JSONValue]:
+    """Billed tokens outside the previous request's prefix (a cache miss) per session."""
+    return [None if r.failed else r.billed_prompt_tokens - r.cache_eligible_tokens for r in reports]
 
 
 def _int(value: JSONValue) -> int:
@@ -147,8 +165,10 @@ def totals(rows: list[JSONObject], window: int, policy: str) -> JSONObject:
         "snips": total("snips"),
         "handoffs": total("handoffs"),
         "billed_prompt_tokens": billed,
-        "billed_vs_post_response": billed_versus(rows, window, policy),
+        "billed_vs_post_response": versus(rows, window, policy, "session_billed"),
         "cache_eligible_share": round(total("cache_eligible_tokens") / billed, 4) if billed else 0,
+        "cache_missed_tokens": billed - total("cache_eligible_tokens"),
+        "cache_missed_vs_post_response": versus(rows, window, policy, "session_missed"),
         "projection_error_mean_abs_pct": round(weighted_error / requests, 2) if requests else 0,
         "continuity": continuity.to_dict(max_failures=CONTINUITY_FAILURES_SHOWN),
     }
@@ -178,8 +198,8 @@ def _continuity_cell(continuity: JSONValue) -> str:
     return f"{text} ({lost} lost)" if lost else text
 
 
-def billed_versus(rows: list[JSONObject], window: int, policy: str) -> float | None:
-    """Billed prompt tokens of ``policy`` ÷ those of ``post-response``, minus 1.
+def versus(rows: list[JSONObject], window: int, policy: str, key: str) -> float | None:
+    """A per-session figure (``key``) of ``policy`` ÷ that of ``post-response``, minus 1.
 
     Only over sessions both policies replayed to the end, so a session that
     failed early under one of them does not make it look cheap.
@@ -191,7 +211,7 @@ def billed_versus(rows: list[JSONObject], window: int, policy: str) -> float | N
         other = base.get(source)
         if other is None:
             continue
-        pairs = zip(_list(row["session_billed"]), _list(other["session_billed"]), strict=True)
+        pairs = zip(_list(row[key]), _list(other[key]), strict=True)
         for a, b in pairs:
             if a is not None and b is not None:
                 ours, theirs = ours + _int(a), theirs + _int(b)
@@ -287,7 +307,10 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
         "- *billed vs post-resp.*: prompt tokens billed ÷ those of the post-response policy,",
         "  − 1, over the sessions both policies replayed to the end.",
         "- *cached*: the share of billed prompt tokens that repeat the previous request's",
-        "  prefix (what a provider's prefix cache can serve).",
+        "  prefix (what a provider's prefix cache can serve). It is a ratio: a policy that",
+        "  bills fewer tokens for the same misses shows a lower share.",
+        "- *missed*: billed prompt tokens outside that prefix (each a cache miss: the",
+        "  tokens a provider bills in full); *missed vs post-resp.* as for billed.",
         "- *proj. err*: the mean |projected − exact| ÷ exact of the size Cairn projected",
         "  before sending; *under* is the worst under-estimate.",
         "- *continuity*: after every compaction, the share of checks the new context passed",
@@ -301,8 +324,9 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
         "",
         "| window | policy | sessions | failed | requests | overflows | compactions "
         "| comp./100 req | wasted headroom | snips | handoffs | billed prompt tokens "
-        "| billed vs post-resp. | cached | mean proj. err | continuity |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| billed vs post-resp. | cached | missed | missed vs post-resp. | mean proj. err "
+        "| continuity |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for t in summary:
         billed = t["billed_vs_post_response"]
@@ -313,7 +337,10 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
             f"| {float(str(t['wasted_headroom_mean'])):.1%} | {t['snips']} | {t['handoffs']} "
             f"| {_int(t['billed_prompt_tokens']):,} "
             f"| {'–' if t['policy'] == BASELINE else _pct(billed)} "
-            f"| {_pct(t['cache_eligible_share'], 0)} | {t['projection_error_mean_abs_pct']}% "
+            f"| {float(str(t['cache_eligible_share'])):.2%} "
+            f"| {_int(t['cache_missed_tokens']):,} "
+            f"| {'–' if t['policy'] == BASELINE else _pct(t['cache_missed_vs_post_response'])} "
+            f"| {t['projection_error_mean_abs_pct']}% "
             f"| {_continuity_cell(t['continuity'])} |"
         )
     failed = failures(rows)
@@ -394,7 +421,7 @@ def main() -> int:
     table = Table(title=f"replay benchmark totals ({corpus}, {meta['elapsed_s']} s)")
     columns = (
         "window", "policy", "failed", "req", "overflows", "comp/100", "wasted", "billed",
-        "vs post-resp.", "continuity",
+        "vs post-resp.", "cached", "missed vs", "continuity",
     )  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
@@ -409,6 +436,8 @@ def main() -> int:
             f"{float(str(t['wasted_headroom_mean'])):.1%}",
             f"{_int(t['billed_prompt_tokens']):,}",
             "–" if t["policy"] == BASELINE else _pct(t["billed_vs_post_response"]),
+            f"{float(str(t['cache_eligible_share'])):.2%}",
+            "–" if t["policy"] == BASELINE else _pct(t["cache_missed_vs_post_response"]),
             format_pct(_pct_of(t["continuity"])),
         )
     Console(width=120).print(table)
