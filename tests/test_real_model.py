@@ -129,7 +129,7 @@ def test_a_session_past_the_line_compacts_with_the_real_model_and_streams_the_ta
     forks = [c for c in chats if is_fork(c)]
     assert forks, "no compaction fork reached the server"
     record = compactions[0]
-    notices = [e["message"] for e in events if e["type"] == "Notice"]
+    notices = [e["text"] for e in events if e["type"] == "Notice"]
     print(f"compaction: {record.strategy}, {record.pre_tokens} -> {record.post_tokens}; {notices}")
     if record.strategy == "llm":
         # The record holds the real model's text, extracted and put under the headings.
