@@ -20,14 +20,24 @@ A reply can stream text, reasoning and tool calls, carry a usage override,
 answer with an HTTP error, fail after some chunks (an SSE error event or a
 dropped connection), or stall on a ``threading.Event`` until the test
 releases it. With an empty queue the server answers ``DEFAULT_TEXT``.
+
+Fault modes, for the provider's deadlines and error paths (all off by
+default): never answer (``stall_before_headers``), go silent after some
+chunks (``stall_after``), send only SSE keep-alive comments
+(``keepalive_after``), reset the connection (``reset_before_headers``,
+``reset_after``), slip raw bytes into the body (``inject``) and pace the
+chunks (``chunk_interval``). A stalled reply ends when the client goes away.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import select
 import socket
 import socketserver
+import struct
+import sys
 import threading
 import time
 import uuid
@@ -143,6 +153,27 @@ class Reply:
     #: (``hold_after=None``) or after ``hold_after`` chunks.
     hold: threading.Event | None = None
     hold_after: int | None = None
+    #: Read the request and never answer (no status line) until the client goes away.
+    stall_before_headers: bool = False
+    #: Send the headers and this many chunks, then nothing until the client goes away.
+    stall_after: int | None = None
+    #: Send the headers and this many chunks, then only SSE keep-alive comments
+    #: (``: ping``), one per ``keepalive_interval`` seconds, until the client goes away.
+    keepalive_after: int | None = None
+    keepalive_interval: float = 0.02
+    #: Read the request, then reset the connection (TCP RST) without answering.
+    reset_before_headers: bool = False
+    #: Send this many chunks, then reset the connection (TCP RST, not a clean close).
+    reset_after: int | None = None
+    #: Raw bytes sent after ``inject_after`` chunks, as one piece of the chunked
+    #: body (an SSE-level fault: invalid UTF-8, a data line that is not JSON) or,
+    #: with ``inject_unframed``, straight onto the socket (a broken HTTP body).
+    #: The stream then goes on as scripted.
+    inject: bytes | None = None
+    inject_after: int = 1
+    inject_unframed: bool = False
+    #: Seconds to wait before each chunk after the first (a slow model, a trickle).
+    chunk_interval: float = 0.0
     #: Sent with error statuses so the SDK's retries are immediate (0 < ms).
     retry_after_ms: int | None = 1
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -232,6 +263,11 @@ class _HTTPServer(ThreadingHTTPServer):
             self._connections.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (a timeout, a reset) is a fault being tested, not news.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
     def drop_connections(self) -> None:
         with self._connections_lock:
             connections = list(self._connections)
@@ -292,9 +328,62 @@ class _Handler(BaseHTTPRequestHandler):
             if self.server.stopping.is_set():
                 raise _StopError
 
+    def _until_client_leaves(self) -> None:
+        """Block, sending nothing, until the client closes its end (or the server stops)."""
+        self.close_connection = True
+        while not self.server.stopping.is_set():
+            readable, _, _ = select.select([self.connection], [], [], 0.02)
+            if not readable:
+                continue
+            try:
+                if not self.connection.recv(1, socket.MSG_PEEK):
+                    return
+            except OSError:
+                return
+            time.sleep(0.02)  # the client sent more bytes: not gone, keep waiting
+
+    def _keepalive(self, interval: float) -> None:
+        """Only SSE comments, until a write fails because the client went away."""
+        self.close_connection = True
+        while not self.server.stopping.wait(interval):
+            self._write_chunk(b": ping\n\n")
+
+    def _reset(self) -> None:
+        """Close with SO_LINGER 0: the client sees a TCP reset, not an orderly close."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+
+    def _fault(self, reply: Reply, sent: int) -> bool:
+        """Play the fault mode due after ``sent`` chunks; whether the response is over."""
+        if reply.inject is not None and reply.inject_after == sent:
+            if reply.inject_unframed:
+                self.wfile.write(reply.inject)
+            else:
+                self._write_chunk(reply.inject)
+        if reply.stall_after == sent:
+            self._until_client_leaves()
+            return True
+        if reply.keepalive_after == sent:
+            self._keepalive(reply.keepalive_interval)
+            return True
+        if reply.reset_after == sent:
+            self._reset()
+            return True
+        if sent and reply.chunk_interval and self.server.stopping.wait(reply.chunk_interval):
+            raise _StopError
+        return False
+
     def _play(self, reply: Reply, body: dict[str, Any]) -> None:
         if reply.hold is not None and reply.hold_after is None:
             self._wait(reply.hold)
+        if reply.stall_before_headers:
+            self._until_client_leaves()
+            return
+        if reply.reset_before_headers:
+            self._reset()
+            return
         if reply.status >= 400:
             error = reply.error or ErrorSpec("error", type="server_error")
             headers = dict(reply.headers)
@@ -332,6 +421,7 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()
+        sent_all = 0
         for sent, chunk in enumerate(_chunks(reply, body)):
             if reply.hold is not None and reply.hold_after == sent:
                 self._wait(reply.hold)
@@ -348,7 +438,12 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 self._write_chunk(b"")
                 return
+            if self._fault(reply, sent):
+                return
             self._write_chunk(b"data: %s\n\n" % json.dumps(chunk).encode())
+            sent_all = sent + 1
+        if self._fault(reply, sent_all):
+            return
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")  # the terminating zero-length chunk
 

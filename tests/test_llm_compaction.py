@@ -12,6 +12,7 @@ import itertools
 import json
 import stat
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -665,3 +666,26 @@ def test_usage_in_the_fork_response_is_not_a_baseline(
     run(p.compact(FIXED))
     assert p.project(FIXED).source == "estimate"
     assert (p.project(FIXED).tokens or 0) < 20_000
+
+
+def test_a_fork_that_times_out_is_not_retried_and_the_fallback_takes_over(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """A deadline already waited its full length: no second and third wait for the summary."""
+    config = replace(model(openai_server), first_byte_timeout=0.3)
+    pipeline = ContextPipeline.open(
+        tmp_path / "ws",
+        CompactionConfig(),
+        model=config,
+        session_id="s1",
+        home=tmp_path / "home",
+        tool_effects={"read_file": "read_only"},
+        summarizer=LLMSummarizer(OpenAIProvider(config), config),
+    )
+    conversation(pipeline)
+    pipeline.add(user("please go on " * 8_000))
+    openai_server.script(Reply(stall_before_headers=True), Reply(text="never asked for"))
+    result = run(pipeline.check_and_compact(FIXED))
+    assert len(openai_server.requests) == 1
+    assert result.compaction is not None and result.compaction.strategy == "fallback"
+    assert any("first-byte" in w or "first_byte" in w for w in result.warnings), result.warnings

@@ -160,3 +160,94 @@ def test_cairn_p_never_sends_a_request_over_the_budget_the_reserve_leaves(
         assert body["max_tokens"] == 16_000
         # What the server counts and reports as prompt_tokens: the provider's truth here.
         assert len(json.dumps([body["messages"], body.get("tools", [])])) // 4 <= 16_768
+
+
+# ---------------------------------------------------------------------------
+# The request deadlines (issue 12, finding 6): the same layers, the same one config
+
+
+def test_the_deadlines_have_defaults_and_every_layer_sets_them() -> None:
+    default = ModelConfig(model="m")
+    assert (
+        default.connect_timeout,
+        default.first_byte_timeout,
+        default.idle_timeout,
+        default.request_timeout,
+    ) == (10.0, 120.0, 60.0, 1800.0)
+    settings = ModelEntry(model="m", first_byte_timeout=300, idle_timeout=30)
+    env = env_entry({"CAIRN_IDLE_TIMEOUT": "45", "CAIRN_CONNECT_TIMEOUT": "2.5"})
+    assert env == ModelEntry(idle_timeout=45.0, connect_timeout=2.5)
+    model = resolve_model(settings, env, ModelEntry(request_timeout=900))
+    assert model == ModelConfig(
+        model="m",
+        connect_timeout=2.5,
+        first_byte_timeout=300.0,
+        idle_timeout=45.0,
+        request_timeout=900.0,
+    )
+    env_only = env_entry({"CAIRN_REQUEST_TIMEOUT": "3_600", "CAIRN_FIRST_BYTE_TIMEOUT": "0.5"})
+    assert (env_only.request_timeout, env_only.first_byte_timeout) == (3600.0, 0.5)
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "inf", "nan", "1e999"])
+def test_a_bad_deadline_in_the_environment_names_the_variable(raw: str) -> None:
+    with pytest.raises(
+        ModelConfigError,
+        match=f"^CAIRN_IDLE_TIMEOUT must be a positive number of seconds, got '{raw}'$",
+    ):
+        env_entry({"CAIRN_IDLE_TIMEOUT": raw})
+
+
+@pytest.mark.parametrize("value", [0, -5, "30", True, [1], float("-inf")])
+def test_a_bad_deadline_in_settings_names_the_key(tmp_path: Path, value: Any) -> None:
+    from cairn.agent.settings import SettingsError, load_settings
+
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    write(home / "settings.json", {"model": {"model": "m", "first_byte_timeout": value}})
+    with pytest.raises(SettingsError, match=r"model\.first_byte_timeout: "):
+        load_settings(workspace, home)
+
+
+def test_a_bad_deadline_in_code_names_the_field() -> None:
+    with pytest.raises(ModelConfigError, match=r"^request_timeout must be a positive number"):
+        ModelConfig(model="m", request_timeout=0)
+
+
+def test_cairn_p_rejects_a_bad_deadline_in_one_line(tmp_path: Path) -> None:
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    env = {"CAIRN_HOME": str(home), "CAIRN_MODEL": "m", "CAIRN_REQUEST_TIMEOUT": "-3"}
+    done = cairn_p("-p", "hello", cwd=workspace, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "cairn -p: CAIRN_REQUEST_TIMEOUT must be a positive number of seconds, got '-3'"
+    )
+
+
+@pytest.mark.parametrize("layer", ["settings", "env"])
+def test_cairn_p_gives_up_on_a_silent_server_at_the_configured_deadline(
+    tmp_path: Path, openai_server: OpenAIServer, layer: str
+) -> None:
+    """Regression: a server that accepted the request and never answered held
+    ``cairn -p`` for 3 x 600 s; now the configured first-byte deadline ends it
+    with one line naming the endpoint and the setting."""
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    base = openai_server.base_url
+    env = {"CAIRN_HOME": str(home)}
+    if layer == "settings":
+        write(
+            home / "settings.json",
+            {"model": {"model": "m", "base_url": base, "first_byte_timeout": 0.5}},
+        )
+    else:
+        env |= {"CAIRN_MODEL": "m", "OPENAI_BASE_URL": base, "CAIRN_FIRST_BYTE_TIMEOUT": "0.5"}
+    openai_server.respond_with(lambda body: Reply(stall_before_headers=True))
+    done = cairn_p("-p", "hello", cwd=workspace, env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"cairn: error: no response from {base} within 0.5 s "
+        "(first-byte timeout; set model.first_byte_timeout or CAIRN_FIRST_BYTE_TIMEOUT)"
+    )
+    assert len(openai_server.requests) == 1

@@ -40,6 +40,7 @@ from cairn.provider import (
     model_from_env,
     usage_from_wire,
 )
+from cairn.provider.errors import ProviderTimeoutError
 from openai_server import (
     DEFAULT_TEXT,
     ErrorSpec,
@@ -816,3 +817,303 @@ def test_a_dropped_stream_that_is_not_a_context_limit_stays_an_incomplete_stream
     )
     assert not isinstance(error, ContextLimitError)
     assert error.code == "incomplete_stream"
+
+
+# ---------------------------------------------------------------------------
+# Deadlines and stream faults (issue 12, finding 6): every fault is a clear
+# ProviderError naming the endpoint, within the configured deadline, never a
+# hang or a traceback. ``guarded`` fails a test that hangs (the old client
+# waited 3 x 600 s) long before any deadline of the old code would pass.
+
+GUARD_S = 20.0
+TINY_DEADLINES: dict[str, float] = {
+    "connect_timeout": 0.5,
+    "first_byte_timeout": 0.3,
+    "idle_timeout": 0.3,
+    "request_timeout": 10.0,
+}
+
+
+def tiny_config(server: OpenAIServer, **kwargs: Any) -> ModelConfig:
+    return config_for(server, **{**TINY_DEADLINES, **kwargs})
+
+
+def fail_guarded(provider: OpenAIProvider, request: ChatRequest) -> ProviderError:
+    async def scenario() -> ProviderError:
+        _, error = await asyncio.wait_for(collect_until_error(provider, request), GUARD_S)
+        return error
+
+    return run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("reply", "deadline", "output_started"),
+    [
+        (Reply(stall_before_headers=True), "first_byte", False),
+        (Reply(stall_after=0), "first_byte", False),
+        (Reply(keepalive_after=0), "first_byte", False),
+        # The role chunk is an empty delta: no data, the first-byte clock runs on.
+        (Reply(keepalive_after=1), "first_byte", False),
+        (Reply(text="partial answer", stall_after=3), "idle", True),
+        (Reply(text="partial answer", keepalive_after=3), "idle", True),
+    ],
+    ids=[
+        "never-answers",
+        "headers-then-nothing",
+        "keepalive-only",
+        "role-chunk-then-keepalive",
+        "stall-after-output",
+        "keepalive-after-output",
+    ],
+)
+def test_a_silent_server_is_a_timeout_naming_the_endpoint_and_the_setting(
+    openai_server: OpenAIServer, reply: Reply, deadline: str, output_started: bool
+) -> None:
+    """Regression: no deadline but the SDK's 600 s read timeout, reset by every
+    ``: ping`` comment and multiplied by two retries."""
+    openai_server.script(reply)
+    provider = make_provider(tiny_config(openai_server), max_retries=2)
+    error = fail_guarded(provider, simple_request(openai_server))
+    assert isinstance(error, ProviderTimeoutError)
+    assert (error.deadline, error.code) == (deadline, f"{deadline}_timeout")
+    assert error.output_started is output_started
+    setting = f"{deadline}_timeout"
+    assert openai_server.base_url in str(error)
+    assert f"set model.{setting} or CAIRN_{setting.upper()}" in str(error)
+    assert len(openai_server.requests) == 1  # a timed-out request is not sent again
+
+
+def test_a_stream_that_trickles_forever_hits_the_request_deadline(
+    openai_server: OpenAIServer,
+) -> None:
+    openai_server.script(Reply(text="x" * 10_000, delta_chars=1, chunk_interval=0.01))
+    provider = make_provider(tiny_config(openai_server, request_timeout=0.5))
+    error = fail_guarded(provider, simple_request(openai_server))
+    assert isinstance(error, ProviderTimeoutError) and error.deadline == "request"
+    assert error.output_started is True
+    assert str(error) == (
+        f"the request to {openai_server.base_url} did not finish within 0.5 s "
+        "(request timeout; set model.request_timeout or CAIRN_REQUEST_TIMEOUT)"
+    )
+
+
+def test_a_connect_timeout_names_the_endpoint() -> None:
+    """A listener whose accept queue is full drops the SYN: connecting hangs."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        with socket.create_connection(listener.getsockname()):
+            config = ModelConfig(model="m", base_url=url, connect_timeout=0.3)
+            provider = make_provider(config, max_retries=2)
+            error = fail_guarded(provider, chat_request(config, [], [], [user("hi")]))
+    assert isinstance(error, ProviderTimeoutError) and error.deadline == "connect"
+    assert str(error).startswith(f"could not connect to {url} within 0.3 s (connect timeout;")
+
+
+def test_a_refused_connection_names_the_url() -> None:
+    """Regression: the message was only "Connection error."."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = ModelConfig(model="m", base_url=f"http://127.0.0.1:{port}/v1")
+    provider = make_provider(config, max_retries=0)
+    error = fail_guarded(provider, chat_request(config, [], [], [user("hi")]))
+    assert error.code == "connection_error"
+    assert str(error).startswith(f"cannot connect to http://127.0.0.1:{port}/v1 (")
+
+
+@pytest.mark.parametrize(
+    ("inject", "detail"),
+    [
+        (b"data: \xff\xfe\n\n", "invalid UTF-8"),
+        (b"data: <html>502 Bad Gateway</html>\n\n", "a data line is not JSON"),
+        (b'data: {"choices": [{"delta": {"content": "ab\n\n', "a data line is not JSON"),
+    ],
+    ids=["invalid-utf8", "not-json", "truncated-json"],
+)
+def test_a_malformed_stream_is_a_provider_error_naming_the_endpoint(
+    openai_server: OpenAIServer, inject: bytes, detail: str
+) -> None:
+    """Regression: invalid UTF-8 escaped the client as a UnicodeDecodeError traceback."""
+    openai_server.script(Reply(text="partial answer", inject=inject, inject_after=2))
+    provider = make_provider(tiny_config(openai_server))
+    error = fail_guarded(provider, simple_request(openai_server))
+    assert type(error) is ProviderError and error.code == "malformed_stream"
+    assert error.output_started is True
+    assert str(error).startswith(f"{openai_server.base_url} sent a malformed stream: {detail}")
+
+
+def test_a_connection_reset_mid_stream_names_the_endpoint(openai_server: OpenAIServer) -> None:
+    openai_server.script(Reply(text="partial answer", reset_after=3))
+    provider = make_provider(tiny_config(openai_server))
+    error = fail_guarded(provider, simple_request(openai_server))
+    assert type(error) is ProviderError and error.code == "connection_error"
+    assert error.output_started is True
+    assert str(error).startswith(f"the connection to {openai_server.base_url} failed mid-response")
+
+
+def test_http_and_stream_errors_name_the_endpoint(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply.http_error(502, "<html>\n<h1>Bad gateway</h1>\n</html>", retry_after_ms=None),
+        Reply(text="partial", error_after=2, error=ErrorSpec("overloaded", type="server_error")),
+    )
+    provider = make_provider(tiny_config(openai_server), max_retries=0)
+    http = fail_guarded(provider, simple_request(openai_server))
+    assert http.status == 502 and http.message == "<html> <h1>Bad gateway</h1> </html>"
+    assert str(http) == f"HTTP 502 from {openai_server.base_url}: {http.message}"
+    in_stream = fail_guarded(provider, simple_request(openai_server))
+    assert in_stream.message == "overloaded"
+    assert str(in_stream) == f"{openai_server.base_url} reported an error: overloaded"
+
+
+def test_retries_never_wait_past_the_request_deadline(openai_server: OpenAIServer) -> None:
+    """Regression: the SDK honoured Retry-After up to 120 s per retry, whatever the deadline."""
+    openai_server.script(
+        Reply.http_error(503, retry_after_ms=None, headers={"retry-after": "60"}),
+        # No Retry-After: the first back-off (0.375-0.5 s) would pass a 0.3 s deadline.
+        Reply.http_error(500, retry_after_ms=None),
+    )
+    slow_server = make_provider(tiny_config(openai_server), max_retries=2)
+    first = fail_guarded(slow_server, simple_request(openai_server))
+    assert first.status == 503 and len(openai_server.requests) == 1
+    short = make_provider(tiny_config(openai_server, request_timeout=0.3), max_retries=2)
+    second = fail_guarded(short, simple_request(openai_server))
+    assert second.status == 500 and len(openai_server.requests) == 2
+
+
+def test_a_retry_the_deadline_allows_still_happens(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        Reply.http_error(429, retry_after_ms=None, headers={"retry-after": "0.01"}),
+        Reply(text="after the pause"),
+    )
+    provider = make_provider(tiny_config(openai_server), max_retries=2)
+    assert run(lambda: provider.complete(simple_request(openai_server))).text == "after the pause"
+    assert [r.headers["x-stainless-retry-count"] for r in openai_server.requests] == ["0", "1"]
+
+
+def test_the_provider_serves_requests_after_a_timeout(openai_server: OpenAIServer) -> None:
+    openai_server.script(Reply(text="partial answer", stall_after=3), Reply(text="healthy"))
+    provider = make_provider(tiny_config(openai_server))
+
+    async def scenario() -> tuple[ProviderError, str]:
+        _, error = await asyncio.wait_for(
+            collect_until_error(provider, simple_request(openai_server)), GUARD_S
+        )
+        message = await asyncio.wait_for(provider.complete(simple_request(openai_server)), GUARD_S)
+        return error, message.text
+
+    error, text = run(scenario)
+    assert isinstance(error, ProviderTimeoutError) and text == "healthy"
+
+
+def test_a_finished_answer_survives_a_stall_before_done(openai_server: OpenAIServer) -> None:
+    """Finish reason and usage arrived; a server that then never sends [DONE] costs
+    one idle deadline, not the answer."""
+    openai_server.script(Reply(text="done", stall_after=4))  # role, "done", finish, usage
+    provider = make_provider(tiny_config(openai_server))
+
+    async def scenario() -> list[StreamEvent]:
+        return await asyncio.wait_for(collect(provider, simple_request(openai_server)), GUARD_S)
+
+    events = run(scenario)
+    assert ContentDelta("done") in events and Finish("stop") in events
+    assert any(isinstance(e, UsageEvent) for e in events)
+
+
+def test_the_context_limit_probe_has_a_deadline(openai_server: OpenAIServer) -> None:
+    """An empty stream is probed; a probe that never answers leaves the incomplete stream."""
+    openai_server.script(Reply(end_after=0), Reply(stall_before_headers=True))
+    provider = make_provider(tiny_config(openai_server))
+    error = fail_guarded(provider, simple_request(openai_server))
+    assert type(error) is ProviderError and error.code == "incomplete_stream"
+    assert openai_server.base_url in str(error)
+    assert len(openai_server.requests) == 2
+
+
+# ---------------------------------------------------------------------------
+# Lone surrogates (issue 12, finding 5): scrubbed once, where chunks become events
+
+
+def test_events_from_chunk_scrubs_lone_surrogates_from_every_text() -> None:
+    chunk = {
+        "choices": [
+            {
+                "delta": {
+                    "reasoning_content": "think\ud800",
+                    "content": "a\udfffb",
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_\ud83d",
+                            "function": {"name": "read\udc00", "arguments": '{"p": "\ud800"}'},
+                        }
+                    ],
+                },
+                "finish_reason": "stop\ud800",
+            }
+        ]
+    }
+    assert events_from_chunk(chunk) == [
+        ReasoningDelta("think\ufffd"),
+        ContentDelta("a\ufffdb"),
+        ToolCallDelta(0, "call_\ufffd", "read\ufffd", '{"p": "\ufffd"}'),
+        Finish("stop\ufffd"),
+    ]
+
+
+def test_a_lone_surrogate_escape_in_the_stream_never_reaches_an_event(
+    openai_server: OpenAIServer,
+) -> None:
+    """Regression: ``\\ud800`` in a chunk's JSON became a lone surrogate in the content
+    deltas, and ``--output-format json`` / stream-json crashed encoding it."""
+    import orjson
+
+    openai_server.script(
+        Reply(
+            text="ok \ud800 fine",
+            reasoning="why \udfff",
+            tool_calls=[ToolCallSpec("read_file\ud83d", '{"path": "\ud800"}')],
+            delta_chars=3,
+        )
+    )
+    assert b"\\ud800" in json.dumps({"t": "\ud800"}).encode()  # the server sends the escape
+    provider = make_provider(config_for(openai_server))
+    events = run(lambda: collect(provider, simple_request(openai_server)))
+    texts = [
+        text
+        for e in events
+        if isinstance(e, ContentDelta | ReasoningDelta | ToolCallDelta)
+        for text in (
+            (e.text,) if isinstance(e, ContentDelta | ReasoningDelta) else (e.name, e.arguments)
+        )
+        if text
+    ]
+    orjson.dumps(texts)  # raises on a lone surrogate
+    acc = TurnAccumulator()
+    for event in events:
+        acc.add(event)
+    assert acc.text == "ok \ufffd fine" and acc.reasoning == "why \ufffd"
+    assert acc.tool_calls()[0].name == "read_file\ufffd"
+
+
+@pytest.mark.parametrize("output_format", ["json", "stream-json"])
+def test_cairn_p_prints_an_answer_holding_a_lone_surrogate_escape(
+    tmp_path: Any, openai_server: OpenAIServer, output_format: str
+) -> None:
+    """Regression: the model's ``\\ud800`` crashed ``--output-format json`` with a traceback."""
+    from cli_run import cairn_p
+
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    openai_server.respond_with(lambda body: Reply(text="broken \ud800 char", delta_chars=3))
+    env = {"CAIRN_HOME": str(home), "CAIRN_MODEL": "m", "OPENAI_BASE_URL": openai_server.base_url}
+    done = cairn_p("-p", "hello", "--output-format", output_format, cwd=workspace, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines[-1]["type"] == "result"
+    assert lines[-1]["result"] == "broken \ufffd char"

@@ -9,6 +9,7 @@ message becomes the exact dict an OpenAI-compatible endpoint accepts.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,10 +40,42 @@ def new_id(prefix: str = "msg") -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
+# A Python ``str`` holds astral characters as single code points, so any
+# surrogate code point in one is a lone half: undecodable bytes smuggled in
+# (``surrogateescape`` file names, raw tool output) or a bad ``\ud800`` escape.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD.
+
+    A lone surrogate cannot be UTF-8: it makes the request body, the
+    transcript line and every JSON event unencodable. The message model
+    scrubs at construction, so whatever enters a message — tool output, file
+    names, the provider's text, the user's input — is clean from there on;
+    event streams that bypass messages call this too.
+    """
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _scrubbed(owner: object, *names: str) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if isinstance(value, str):
+            clean = scrub(value)
+            if clean is not value:
+                object.__setattr__(owner, name, clean)
+
+
 @dataclass(frozen=True, slots=True)
 class TextPart:
     text: str
     type: Literal["text"] = "text"
+
+    def __post_init__(self) -> None:
+        _scrubbed(self, "text")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +96,9 @@ class ToolCall:
     id: str
     name: str
     arguments: str = "{}"
+
+    def __post_init__(self) -> None:
+        _scrubbed(self, "id", "name", "arguments")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +148,9 @@ class Message:
     name: str | None = None
     reasoning: str | None = None
     meta: MessageMeta = field(default_factory=MessageMeta)
+
+    def __post_init__(self) -> None:
+        _scrubbed(self, "content", "id", "tool_call_id", "name", "reasoning")
 
     @property
     def text(self) -> str:

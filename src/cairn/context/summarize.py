@@ -42,6 +42,7 @@ from cairn.provider import (
     ContextLimitError,
     ModelConfig,
     ProviderError,
+    ProviderTimeoutError,
     TurnAccumulator,
     chat_request,
 )
@@ -294,6 +295,10 @@ class LLMSummarizer:
                 failures.append(f"attempt {attempt + 1}: context limit, input shrunk")
                 fork_input = smaller
                 continue
+            except ProviderTimeoutError as exc:
+                # A deadline already waited its full length: three more would keep
+                # the user waiting minutes for a summary the fallback can give now.
+                raise SummarizerError(f"attempt {attempt + 1}: {exc}") from exc
             except ProviderError as exc:
                 failures.append(f"attempt {attempt + 1}: {exc}")
                 continue

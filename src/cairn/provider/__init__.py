@@ -3,8 +3,9 @@
 ``chat_request`` builds every request (so the agent loop and the compaction
 fork share a byte-identical prefix), ``OpenAIProvider`` streams it through
 the official SDK as ``StreamEvent`` objects, ``TurnAccumulator`` folds them
-into an assistant ``Message``, and every failure is a ``ProviderError`` —
-``ContextLimitError`` when the request does not fit the window.
+into an assistant ``Message``, and every failure is a ``ProviderError``
+naming the endpoint — ``ContextLimitError`` when the request does not fit the
+window, ``ProviderTimeoutError`` when one of the configured deadlines passed.
 """
 
 from cairn.provider.client import OpenAIProvider
@@ -21,6 +22,7 @@ from cairn.provider.errors import (
     CONTEXT_LIMIT_PHRASES,
     ContextLimitError,
     ProviderError,
+    ProviderTimeoutError,
     is_context_limit,
 )
 from cairn.provider.events import (
@@ -50,6 +52,7 @@ __all__ = [
     "ModelEntry",
     "OpenAIProvider",
     "ProviderError",
+    "ProviderTimeoutError",
     "ReasoningDelta",
     "StreamEvent",
     "ToolCallDelta",

@@ -10,10 +10,34 @@ share one cached prefix.
 It is resolved from layers, each a ``ModelEntry`` naming any subset of the
 fields: ``settings.json`` (user, then project), the environment, then the
 command line; a later layer wins field by field (``resolve_model``).
+
+It also holds the four deadlines of every request, in seconds (positive,
+finite; ``settings.json`` key / environment variable):
+
+- ``connect_timeout`` / ``CAIRN_CONNECT_TIMEOUT``, default 10: opening the
+  TCP (and TLS) connection. A reachable host answers in milliseconds, a
+  distant one in a second or two; after 10 s the host is down or filtered.
+- ``first_byte_timeout`` / ``CAIRN_FIRST_BYTE_TIMEOUT``, default 120: from
+  sending the request to the first stream chunk that carries data (keep-alive
+  comments and empty deltas do not count). This covers the prompt evaluation,
+  the slowest part on a CPU-only local server with a long uncached prompt —
+  raise it there; hosted APIs answer within seconds.
+- ``idle_timeout`` / ``CAIRN_IDLE_TIMEOUT``, default 60: the longest gap
+  between two data-carrying chunks once the answer streams. A working server
+  sends a token every fraction of a second; a minute of silence (or of
+  keep-alive comments only) means it is stuck.
+- ``request_timeout`` / ``CAIRN_REQUEST_TIMEOUT``, default 1800: the whole
+  call, retries and their back-off included. It is a backstop for a server
+  that trickles data forever, so it must exceed the longest legitimate
+  answer: 16k output tokens at 10 tokens/s take 1,600 s.
+
+A server that accepts the connection and never answers thus costs two
+minutes, not the SDK's 3 × 600 s; a request that timed out is not retried.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +55,23 @@ ENV_MODEL = "CAIRN_MODEL"
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_CONTEXT_WINDOW = "CAIRN_CONTEXT_WINDOW"
 ENV_MAX_OUTPUT_TOKENS = "CAIRN_MAX_OUTPUT_TOKENS"
+ENV_CONNECT_TIMEOUT = "CAIRN_CONNECT_TIMEOUT"
+ENV_FIRST_BYTE_TIMEOUT = "CAIRN_FIRST_BYTE_TIMEOUT"
+ENV_IDLE_TIMEOUT = "CAIRN_IDLE_TIMEOUT"
+ENV_REQUEST_TIMEOUT = "CAIRN_REQUEST_TIMEOUT"
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+#: Deadline defaults in seconds; the module docstring says why these values.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_FIRST_BYTE_TIMEOUT = 120.0
+DEFAULT_IDLE_TIMEOUT = 60.0
+DEFAULT_REQUEST_TIMEOUT = 1800.0
+#: Each deadline's setting (the ``model`` key in settings.json) and its environment variable.
+TIMEOUT_ENV: Mapping[str, str] = {
+    "connect_timeout": ENV_CONNECT_TIMEOUT,
+    "first_byte_timeout": ENV_FIRST_BYTE_TIMEOUT,
+    "idle_timeout": ENV_IDLE_TIMEOUT,
+    "request_timeout": ENV_REQUEST_TIMEOUT,
+}
 #: The smallest window accepted anywhere: below it no request has room to work.
 MIN_CONTEXT_WINDOW = 1_024
 
@@ -47,6 +87,8 @@ class ModelConfig:
     ``params`` are generation parameters sent with every request (for
     example ``{"temperature": 0.2}``); when ``max_output_tokens`` is set it
     goes out as ``max_tokens`` and wins over a ``max_tokens`` in ``params``.
+    The four ``*_timeout`` fields are the request deadlines in seconds (see
+    the module docstring for what each one bounds and why its default).
     """
 
     model: str
@@ -58,6 +100,10 @@ class ModelConfig:
     #: The response cap sent as ``max_tokens``; it is also the output reserve.
     max_output_tokens: int | None = None
     params: Mapping[str, JSONValue] = field(default_factory=dict)
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -68,6 +114,12 @@ class ModelConfig:
                 isinstance(value, bool) or not isinstance(value, int) or value < low
             ):
                 raise ModelConfigError(f"{name} must be an integer ≥ {low:,}, got {value!r}")
+        for name in TIMEOUT_ENV:
+            value = getattr(self, name)
+            if not _positive_seconds(value):
+                raise ModelConfigError(
+                    f"{name} must be a positive number of seconds, got {value!r}"
+                )
         reserved = sorted(RESERVED_PARAMS.intersection(self.params))
         if reserved:
             raise ModelConfigError(f"params may not set {', '.join(reserved)}")
@@ -95,6 +147,11 @@ class ModelEntry(BaseModel):
     model: str | None = None
     context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, strict=True)
     max_output_tokens: int | None = Field(default=None, ge=1, strict=True)
+    #: Request deadlines in seconds (``ModelConfig``); a JSON number > 0.
+    connect_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
+    first_byte_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
+    idle_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
+    request_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
 
 
 def resolve_model(
@@ -119,21 +176,31 @@ def resolve_model(
         context_window=_optional_int(merged.get("context_window")),
         max_output_tokens=_optional_int(merged.get("max_output_tokens")),
         params=dict(params or {}),
+        connect_timeout=_seconds(merged.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT),
+        first_byte_timeout=_seconds(merged.get("first_byte_timeout"), DEFAULT_FIRST_BYTE_TIMEOUT),
+        idle_timeout=_seconds(merged.get("idle_timeout"), DEFAULT_IDLE_TIMEOUT),
+        request_timeout=_seconds(merged.get("request_timeout"), DEFAULT_REQUEST_TIMEOUT),
     )
 
 
 def env_entry(environ: Mapping[str, str] = os.environ) -> ModelEntry:
-    """What the environment says: ``CAIRN_MODEL``, ``OPENAI_BASE_URL``, the window and cap.
+    """What the environment says: the model, base URL, window, cap and deadlines.
 
     Each variable counts on its own (``CAIRN_CONTEXT_WINDOW`` applies to a model
     named in ``settings.json`` too); an unset or empty one is silent. A bad
     number raises ``ModelConfigError`` naming the variable and the range.
+    The deadlines are ``CAIRN_CONNECT_TIMEOUT``, ``CAIRN_FIRST_BYTE_TIMEOUT``,
+    ``CAIRN_IDLE_TIMEOUT`` and ``CAIRN_REQUEST_TIMEOUT``, in seconds.
     """
     return ModelEntry(
         model=environ.get(ENV_MODEL, "").strip() or None,
         base_url=environ.get(ENV_BASE_URL, "").strip() or None,
         context_window=_env_int(environ, ENV_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW),
         max_output_tokens=_env_int(environ, ENV_MAX_OUTPUT_TOKENS, 1),
+        connect_timeout=_env_seconds(environ, ENV_CONNECT_TIMEOUT),
+        first_byte_timeout=_env_seconds(environ, ENV_FIRST_BYTE_TIMEOUT),
+        idle_timeout=_env_seconds(environ, ENV_IDLE_TIMEOUT),
+        request_timeout=_env_seconds(environ, ENV_REQUEST_TIMEOUT),
     )
 
 
@@ -153,6 +220,33 @@ def _env_int(environ: Mapping[str, str], name: str, low: int) -> int | None:
     if value < low:
         raise ModelConfigError(f"{name} must be an integer ≥ {low:,}, got {raw!r}")
     return value
+
+
+def _env_seconds(environ: Mapping[str, str], name: str) -> float | None:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw.replace("_", ""))
+    except ValueError:
+        value = math.nan
+    if not _positive_seconds(value):
+        raise ModelConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _positive_seconds(value: object) -> bool:
+    """A finite number of seconds above zero (``bool`` is not a number here)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _seconds(value: object, default: float) -> float:
+    return float(value) if isinstance(value, int | float) and _positive_seconds(value) else default
 
 
 def _optional_str(value: object) -> str | None:

@@ -4,6 +4,11 @@ Providers disagree on how they say "your prompt is too big": OpenAI answers
 400 with code ``context_length_exceeded``, gateways answer 413, others only
 put it in the message. ``is_context_limit`` knows all three, so reactive
 compaction (DESIGN §5.8) sees one ``ContextLimitError`` whatever the endpoint.
+
+Every error the client raises names the endpoint (its base URL) in
+``str(error)``; ``code`` says what kind of failure it was (the ``*_CODE``
+constants below, or the provider's own error code), and a deadline that
+passed is a ``ProviderTimeoutError`` naming the setting that changes it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ CONTEXT_LIMIT_PHRASES: tuple[str, ...] = (
     "exceeds the maximum number of tokens allowed",  # Gemini
 )
 
+#: ``code`` of a connection that could not be opened, or broke before the model finished.
+CONNECTION_ERROR_CODE = "connection_error"
+#: ``code`` of a stream the SDK cannot parse: invalid UTF-8, a data line that is not JSON.
+MALFORMED_STREAM_CODE = "malformed_stream"
+#: ``code`` of a stream that ended cleanly but without a finish reason.
+INCOMPLETE_STREAM_CODE = "incomplete_stream"
+
 #: A rate limit talks about tokens too ("tokens per min"); it is never a
 #: context-limit error.
 RATE_LIMIT_STATUS = 429
@@ -43,6 +55,10 @@ class ProviderError(RuntimeError):
     errors reported inside the stream); ``code`` the provider's error code;
     ``output_started`` whether any content, reasoning, tool-call or usage
     event had already been yielded when it failed.
+
+    ``message`` is the provider's own words when it gave any; ``origin`` says
+    who said them (``"HTTP 500 from http://127.0.0.1:8080/v1"``), and
+    ``str(error)`` is ``"origin: message"`` so that it always names the endpoint.
     """
 
     def __init__(
@@ -52,9 +68,11 @@ class ProviderError(RuntimeError):
         status: int | None = None,
         code: str | None = None,
         output_started: bool = False,
+        origin: str | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(f"{origin}: {message}" if origin else message)
         self.message = message
+        self.origin = origin
         self.status = status
         self.code = code
         self.output_started = output_started
@@ -72,6 +90,24 @@ class ContextLimitError(ProviderError):
     Reactive compaction may replay the request only when
     ``output_started`` is false (DESIGN §5.8).
     """
+
+
+class ProviderTimeoutError(ProviderError):
+    """A deadline passed before the provider finished.
+
+    ``deadline`` is which one — ``"connect"``, ``"first_byte"``, ``"idle"`` or
+    ``"request"`` (the overall one) — and ``seconds`` its length; ``code`` is
+    ``"<deadline>_timeout"``. The message names the endpoint and the setting
+    that changes the deadline. A timed-out request is never retried: the wait
+    has already happened.
+    """
+
+    def __init__(
+        self, message: str, *, deadline: str, seconds: float, output_started: bool = False
+    ) -> None:
+        super().__init__(message, code=f"{deadline}_timeout", output_started=output_started)
+        self.deadline = deadline
+        self.seconds = seconds
 
 
 def is_context_limit(status: int | None, code: str | None, message: str) -> bool:
@@ -98,10 +134,11 @@ def provider_error(
     code: str | None = None,
     error_type: str | None = None,
     output_started: bool = False,
+    origin: str | None = None,
 ) -> ProviderError:
     """A ``ContextLimitError`` when the details say so, else a ``ProviderError``."""
     limit = is_context_limit(status, code, message) or (
         error_type is not None and is_context_limit(status, error_type, message)
     )
     cls = ContextLimitError if limit else ProviderError
-    return cls(message, status=status, code=code, output_started=output_started)
+    return cls(message, status=status, code=code, output_started=output_started, origin=origin)

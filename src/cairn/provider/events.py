@@ -5,6 +5,11 @@ tool-call deltas, one usage report, a finish reason. ``events_from_chunk``
 turns one ``chat.completion.chunk`` (as a plain mapping) into events;
 ``TurnAccumulator`` folds them into the assistant ``Message`` the session
 stores. Both are pure, so they work the same on live streams and recordings.
+
+Every string a chunk carries into an event is scrubbed of lone surrogates
+here, once: a JSON ``\\ud800`` escape decodes to one, and it would make the
+``--output-format json`` result, the event stream and the transcript line
+unencodable.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from cairn.messages import Message, MessageMeta, ToolCall, Usage, new_id
+from cairn.messages import Message, MessageMeta, ToolCall, Usage, new_id, scrub
 
 #: Delta fields that carry reasoning, in order of preference.
 REASONING_FIELDS: tuple[str, ...] = ("reasoning_content", "reasoning")
@@ -72,7 +77,7 @@ def events_from_chunk(chunk: Mapping[str, object]) -> list[StreamEvent]:
                 events.extend(_delta_events(delta))
             reason = choice.get("finish_reason")
             if isinstance(reason, str) and reason:
-                events.append(Finish(reason))
+                events.append(Finish(scrub(reason)))
     usage = chunk.get("usage")
     if isinstance(usage, Mapping):
         events.append(UsageEvent(usage_from_wire(usage)))
@@ -84,11 +89,11 @@ def _delta_events(delta: Mapping[str, object]) -> list[StreamEvent]:
     for name in REASONING_FIELDS:
         reasoning = delta.get(name)
         if isinstance(reasoning, str) and reasoning:
-            events.append(ReasoningDelta(reasoning))
+            events.append(ReasoningDelta(scrub(reasoning)))
             break
     content = delta.get("content")
     if isinstance(content, str) and content:
-        events.append(ContentDelta(content))
+        events.append(ContentDelta(scrub(content)))
     calls = delta.get("tool_calls")
     if isinstance(calls, list):
         for position, raw in enumerate(calls):
@@ -105,9 +110,9 @@ def _tool_call_delta(raw: Mapping[str, object], position: int) -> ToolCallDelta:
     return ToolCallDelta(
         # A few servers omit the index; their calls come one per chunk, in order.
         index=index if isinstance(index, int) and not isinstance(index, bool) else position,
-        id=call_id if isinstance(call_id, str) and call_id else None,
-        name=name if isinstance(name, str) and name else None,
-        arguments=arguments if isinstance(arguments, str) else "",
+        id=scrub(call_id) if isinstance(call_id, str) and call_id else None,
+        name=scrub(name) if isinstance(name, str) and name else None,
+        arguments=scrub(arguments) if isinstance(arguments, str) else "",
     )
 
 
