@@ -337,7 +337,9 @@ def test_restoration_reinjects_the_body_the_tool_returned(
 
 
 def test_symlinked_skill_folder_keeps_its_named_path(ws: Path, home: Path, tmp_path: Path) -> None:
-    real = write(tmp_path / "shared/pdf/SKILL.md", FOLDED_SKILL).parent
+    # A link is followed when it leads inside the skills folders (here a hidden
+    # store in the user's): see the tests below for one that leads outside.
+    real = write(home / "skills/.store/pdf/SKILL.md", FOLDED_SKILL).parent
     (ws / ".cairn/skills").mkdir(parents=True)
     link = ws / ".cairn/skills/pdf-tools"
     link.symlink_to(real)
@@ -348,3 +350,57 @@ def test_symlinked_skill_folder_keeps_its_named_path(ws: Path, home: Path, tmp_p
     assert catalog.names() == ["pdf-tools"]
     assert result.content.splitlines()[0] == f"{SKILL_BASE_PREFIX}{link}"
     assert f"python {link}/scripts/extract.py" in result.content
+
+
+# ---------------------------------------------------------------------------
+# Symlinks leading outside the skills folders
+
+
+def test_skill_folder_linking_outside_the_skills_folders_is_skipped(
+    ws: Path, home: Path, tmp_path: Path
+) -> None:
+    outside = write(tmp_path / "elsewhere/pdf/SKILL.md", FOLDED_SKILL).parent
+    (ws / ".cairn/skills").mkdir(parents=True)
+    (ws / ".cairn/skills/pdf-tools").symlink_to(outside)
+    write(home / "skills/mine/SKILL.md", "").unlink()
+    (home / "skills/mine/SKILL.md").symlink_to(outside / "SKILL.md")
+
+    catalog = discover_skills(ws, home)
+
+    assert catalog.names() == []
+    assert len(catalog.warnings) == 2
+    for name in ("pdf-tools", "mine"):
+        (warning,) = [w for w in catalog.warnings if f"'{name}'" in w]
+        assert "skipped" in warning and "outside the skills folders" in warning
+        assert "symbolic link" in warning and str(outside) in warning
+
+
+def test_project_skills_folder_linking_outside_the_workspace_is_skipped(
+    ws: Path, home: Path, tmp_path: Path
+) -> None:
+    write(tmp_path / "elsewhere/skills/pdf/SKILL.md", FOLDED_SKILL)
+    (ws / ".cairn").symlink_to(tmp_path / "elsewhere")
+
+    catalog = discover_skills(ws, home)
+
+    assert catalog.names() == []
+    (warning,) = catalog.warnings
+    assert "project skills folder" in warning and "outside the workspace" in warning
+
+
+def test_skill_swapped_for_an_outside_link_after_discovery_is_refused(
+    ws: Path, home: Path, tmp_path: Path
+) -> None:
+    secret = write(tmp_path / "elsewhere/SKILL.md", skill_md("x", "Secret.", "TOP SECRET\n"))
+    skill_file = project_skill(ws, "x", skill_md("x", "Does x.", "harmless\n"))
+    tool = SkillTool(discover_skills(ws, home))
+    skill_file.unlink()
+    skill_file.symlink_to(secret)
+    state = state_for(ws)
+
+    result = run(tool, {"name": "x"}, state, tmp_path)
+
+    assert result.is_error
+    assert "TOP SECRET" not in result.content
+    assert "outside the skills folders" in result.content and str(skill_file) in result.content
+    assert state.invoked_skills() == []

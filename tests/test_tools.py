@@ -13,9 +13,16 @@ from typing import TypeVar
 
 import pytest
 
+from cairn.agent.loop import run_turn
 from cairn.agent.session import Runtime
 from cairn.agent.state import SessionState, Todo
-from cairn.agent.tools.base import PermissionMode, PermissionRequest, ToolContext, ToolResult
+from cairn.agent.tools.base import (
+    PermissionMode,
+    PermissionRequest,
+    Tool,
+    ToolContext,
+    ToolResult,
+)
 from cairn.agent.tools.bash import Bash, BashOutput
 from cairn.agent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
 from cairn.agent.tools.paths import (
@@ -31,6 +38,12 @@ from cairn.agent.tools.todo import TodoWrite
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject, Message, ToolCall, assistant, tool_result
 from cairn.provider import ModelConfig, OpenAIProvider
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    ToolCallSpec,
+    openai_server_fixture,
+)
 
 T = TypeVar("T")
 
@@ -688,3 +701,207 @@ def test_registry_permissions(ws: Path) -> None:
     bypass = make_ctx(ws, mode="bypass", ask=asker(False))
     assert not execute(registry, bypass, "bash", bash).meta.tool_error
     assert asked == [] and (ws / "b.txt").exists()
+
+
+# ---------------------------------------------------------------------------
+# Confinement by descriptor: symlinks and swaps (issue 12, finding 7)
+
+
+def test_links_inside_the_workspace_are_followed_and_links_out_are_refused(
+    ws: Path, outside: Path
+) -> None:
+    """The rule: a link is followed only while it leads inside; one leading out is named."""
+    (ws / "src").mkdir()
+    (ws / "src" / "real.txt").write_text("inside\n")
+    (ws / "alias.txt").symlink_to("src/real.txt")
+    (ws / "docs").symlink_to(ws / "src")  # absolute, inside
+    (ws / "up").symlink_to("../outside")
+    (ws / "hop1").symlink_to("hop2")
+    (ws / "hop2").symlink_to("up/secret.txt")
+    (ws / "loop").symlink_to("loop")
+    ctx = make_ctx(ws)
+
+    read = call(ReadFile(), ctx, path="alias.txt")
+    assert read.content == "     1\tinside" and ctx.state.reads[-1].path == ws / "src" / "real.txt"
+    assert call(ReadFile(), ctx, path="docs/real.txt").content == "     1\tinside"
+    assert call(ListFiles(), ctx, path="docs").content == "src/real.txt"
+    edited = call(EditFile(), ctx, path="alias.txt", old_string="inside", new_string="edited")
+    assert not edited.is_error and (ws / "src" / "real.txt").read_text() == "edited\n"
+    assert not call(WriteFile(), ctx, path="docs/new.txt", content="n").is_error
+    assert (ws / "src" / "new.txt").read_text() == "n" and (ws / "alias.txt").is_symlink()
+
+    for raw in ("up/secret.txt", "hop1"):
+        for tool, extra in (
+            (ReadFile(), {}),
+            (EditFile(), {"old_string": "top", "new_string": "x"}),
+            (WriteFile(), {"content": "pwned"}),
+        ):
+            result = call(tool, ctx, path=raw, **extra)
+            assert result.is_error and "outside the workspace" in result.content, (tool, raw)
+            assert "up is a symbolic link to ../outside" in result.content
+    looped = call(ReadFile(), ctx, path="loop")
+    assert looped.is_error and "symbolic links" in looped.content
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "top secret\n"
+
+
+#: The file-system calls a swap is injected after, one schedule per call.
+_SWAP_HOOKS = ("lstat", "stat", "open", "readlink", "scandir", "mkdir", "rename", "listdir")
+
+_SWAP_CALLS: dict[str, JSONObject] = {
+    "read_file": {"path": "sub/secret.txt"},
+    "write_file": {"path": "sub/new/x.txt", "content": "pwned"},
+    "edit_file": {"path": "sub/secret.txt", "old_string": "top", "new_string": "pwned"},
+    "list_files": {"path": "sub"},
+    "glob": {"path": ".", "pattern": "**/*.txt"},
+    "grep": {"pattern": "secret", "path": "sub"},
+}
+
+
+@pytest.mark.parametrize("tool", sorted(_SWAP_CALLS))
+def test_a_folder_swapped_for_a_link_at_any_step_leads_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    """Every schedule, one step at a time: ``sub`` becomes a link out after the n-th call.
+
+    For n = 1, 2, … the folder ``sub`` is swapped for a symlink to the
+    outside folder right after the tool's n-th call to one of
+    ``_SWAP_HOOKS``, until a run makes fewer than n calls. A confinement
+    that checks a path and then opens it by name has a step between the two;
+    a walk by descriptor has none.
+    """
+    originals = {name: getattr(os, name) for name in _SWAP_HOOKS}
+    symlink, rename = os.symlink, os.rename
+    schedules = 0
+    escapes: list[str] = []
+    for step in range(1, 500):
+        scene = tmp_path / str(step)
+        ws, outside = scene / "ws", scene / "outside"
+        (ws / "sub").mkdir(parents=True)
+        (ws / "sub" / "secret.txt").write_text("harmless\n")  # the outside has one too
+        outside.mkdir()
+        (outside / "secret.txt").write_text("top secret\n")
+        (outside / "outside-only.txt").write_text("top secret\n")
+        calls = 0
+
+        def hooked(name: str) -> Callable[..., object]:
+            def run_then_maybe_swap(*args: object, **kwargs: object) -> object:
+                nonlocal calls
+                result = originals[name](*args, **kwargs)
+                calls += 1
+                if calls == step:  # noqa: B023 - read while this schedule runs
+                    rename(ws / "sub", ws / ".sub-real")  # noqa: B023 - this schedule's
+                    symlink(outside, ws / "sub")  # noqa: B023
+                return result
+
+            return run_then_maybe_swap
+
+        ctx = make_ctx(ws, mode="bypass")
+        tool_object = ListFiles() if tool == "glob" else _tool_named(tool)
+        for name in _SWAP_HOOKS:
+            monkeypatch.setattr(os, name, hooked(name))
+        try:
+            result = call(tool_object, ctx, **_SWAP_CALLS[tool])
+        finally:
+            monkeypatch.undo()
+        if calls < step:
+            break  # the swap never came: every step has been tried
+        schedules += 1
+        leaked = "top secret" in result.content or "outside-only" in result.content
+        touched = sorted(p.name for p in outside.iterdir()) != ["outside-only.txt", "secret.txt"]
+        if leaked or touched or (outside / "secret.txt").read_text() != "top secret\n":
+            escapes.append(f"step {step}: {result.content[:300]}")
+    assert schedules > 5  # the tool made that many file-system calls, each a schedule
+    assert escapes == []
+
+
+def _tool_named(name: str) -> Tool:
+    return {tool.name: tool for tool in default_tools()}[name]
+
+
+def test_a_plan_file_that_is_a_symlink_is_neither_read_nor_written_through(
+    ws: Path, outside: Path
+) -> None:
+    registry = ToolRegistry(default_tools())
+    ctx = make_ctx(ws)
+    execute(registry, ctx, "enter_plan_mode", "{}")
+    plan_file = ctx.session_dir / "plan.md"
+    plan_file.parent.mkdir(parents=True)
+    plan_file.symlink_to(outside / "secret.txt")
+
+    presented = execute(registry, ctx, "exit_plan_mode", "{}")
+    assert presented.meta.tool_error and "top secret" not in presented.text
+    assert "symbolic link" in presented.text and str(plan_file) in presented.text
+    read = execute(registry, ctx, "read_file", json.dumps({"path": str(plan_file)}))
+    assert read.meta.tool_error and "top secret" not in read.text
+    for name, args in (
+        ("write_file", {"path": str(plan_file), "content": "pwned\n"}),
+        ("edit_file", {"path": str(plan_file), "old_string": "top", "new_string": "pwned"}),
+        ("exit_plan_mode", {"plan": "pwned\n"}),
+    ):
+        refused = execute(registry, ctx, name, json.dumps(args))
+        assert refused.meta.tool_error and "symbolic link" in refused.text, (name, refused.text)
+    assert (outside / "secret.txt").read_text() == "top secret\n"
+    assert plan_file.is_symlink() and ctx.state.plan is not None
+
+
+def test_write_file_creates_in_the_verified_folder_and_leaves_no_temp(ws: Path) -> None:
+    (ws / "deep").mkdir()
+    ctx = make_ctx(ws)
+    assert not call(WriteFile(), ctx, path="deep/a.txt", content="one").is_error
+    assert not call(WriteFile(), ctx, path="deep/../deep/./a.txt", content="two").is_error
+    assert [p.name for p in (ws / "deep").iterdir()] == ["a.txt"]
+    assert (ws / "deep" / "a.txt").read_text() == "two"
+    assert call(WriteFile(), ctx, path=".", content="x").is_error
+    nul = call(ReadFile(), ctx, path="a\0b")
+    assert nul.is_error and "NUL" in nul.content
+
+
+def test_read_only_tools_read_inside_the_session_folder_through_a_real_turn(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """End to end: the preview of a budgeted bash result names a file; read_file opens it.
+
+    The model (scripted, over HTTP) runs a command with a long output, takes
+    the path the preview prints and reads part of that file with read_file.
+    The Cairn home is reached through a symlink, as ``/tmp`` is on some
+    systems, so the printed path is not the resolved one.
+    """
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (tmp_path / "real-home").mkdir()
+    (tmp_path / "home").symlink_to(tmp_path / "real-home")
+    printed: list[str] = []
+
+    def model(body: dict[str, object]) -> Reply:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        last = messages[-1]
+        if last["role"] == "user":
+            command = "seq 1 3000 | sed 's/^/build step /'"
+            return Reply(tool_calls=[ToolCallSpec("bash", json.dumps({"command": command}))])
+        found = re.search(r"is saved at (\S+)\. Read it with read_file", str(last["content"]))
+        if found is not None and not printed:
+            printed.append(found.group(1))
+            args = {"path": found.group(1), "offset": 2, "limit": 3}
+            return Reply(tool_calls=[ToolCallSpec("read_file", json.dumps(args))])
+        return Reply(text="Done.")
+
+    openai_server.respond_with(model)
+    config = ModelConfig(model="m", base_url=openai_server.base_url, context_window=8_192)
+    runtime = Runtime(
+        workspace, config, OpenAIProvider(config), home=tmp_path / "home", permission_mode="bypass"
+    )
+    session = runtime.new_session()
+    try:
+        result = run(run_turn(session, "Build it and show me the log."))
+        assert result.text == "Done."
+        [saved] = printed
+        assert Path(saved).is_relative_to(tmp_path / "home")  # as named, not resolved
+        [read] = [m for m in session.api_messages if m.role == "tool" and m.name == "read_file"]
+        assert not read.meta.tool_error, read.text
+        head = ["build step 2", "build step 3", "build step 4"]
+        assert Path(saved).read_text().splitlines()[1:4] == head
+        assert read.text.splitlines()[:3] == [f"{n:>6}\t{line}" for n, line in enumerate(head, 2)]
+    finally:
+        session.close()

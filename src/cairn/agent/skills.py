@@ -22,6 +22,15 @@ the same name. The model sees the catalog (name and description, see
 an unreadable file, no front matter, no description — is skipped and named in
 ``SkillCatalog.warnings``; discovery never raises.
 
+Skill folders and ``SKILL.md`` files are opened by descriptor, beneath the
+skills folders (``paths.open_beneath``), never by name: a skill folder or
+file that is a symlink is followed only when it leads inside one of the two
+skills folders. One that leads elsewhere — a cloned repository's
+``.cairn/skills/x`` pointing at ``~/.ssh``, say — is skipped with a warning
+at discovery and refused by the ``skill`` tool (``read_skill``) if it is
+swapped in later. The project skills folder must itself lie inside the
+workspace.
+
 Parsing and rendering are those of restoration (``cairn.context.restore``), so
 what the model is shown on invocation is exactly what a compaction re-injects.
 """
@@ -30,9 +39,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.agent.tools.paths import OutsideRootsError, Root, open_beneath, read_all
 from cairn.context.restore import split_front_matter
 from cairn.store.paths import cairn_home
 
@@ -61,6 +73,8 @@ class SkillCatalog:
 
     skills: tuple[Skill, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: The skills folders searched (as named): links may lead anywhere beneath them.
+    roots: tuple[Path, ...] = field(default=(), compare=False)
 
     def get(self, name: str) -> Skill | None:
         return next((skill for skill in self.skills if skill.name == name), None)
@@ -76,23 +90,31 @@ def discover_skills(workspace: Path, home: Path | None = None) -> SkillCatalog:
     its ``skills`` folder. Hidden folders (``.name``) and plain files in a
     skills folder are ignored; every other unusable folder gives a warning.
     """
-    roots = [
-        ("project", _absolute(workspace) / PROJECT_SKILLS_DIR),
-        ("user", _absolute(home if home is not None else cairn_home()) / USER_SKILLS_DIR),
-    ]
-    found: dict[str, Skill] = {}
     warnings: list[str] = []
-    scanned: set[Path] = set()
-    for scope, root in roots:
-        # A workspace that is the home folder has one skills folder, not two.
-        key = root.resolve()
-        if key in scanned:
-            continue
-        scanned.add(key)
-        for skill in _scan(scope, root, warnings):
+    folders = _skill_folders(workspace, home, warnings)
+    roots = [root for _, _, root in folders]
+    found: dict[str, Skill] = {}
+    for scope, folder, root in folders:
+        for skill in _scan(scope, folder, root, roots, warnings):
             found.setdefault(skill.name, skill)
     skills = tuple(sorted(found.values(), key=lambda skill: skill.name))
-    return SkillCatalog(skills, tuple(warnings))
+    return SkillCatalog(skills, tuple(warnings), tuple(folder for _, folder, _ in folders))
+
+
+def read_skill(skill: Skill, catalog: SkillCatalog) -> str:
+    """The text of ``skill``'s ``SKILL.md``, read beneath the catalog's skills folders.
+
+    Raises ``OSError`` or ``UnicodeDecodeError`` when it cannot be read, and
+    ``ValueError`` when the folder or the file is (now) a symlink leading
+    outside the skills folders.
+    """
+    folder = skill.directory.parent
+    roots = [Root.of(path) for path in catalog.roots or (folder,)]
+    start = Root.of(folder)
+    try:
+        return _read_text(roots, start, skill.directory.name)
+    except OutsideRootsError as error:
+        raise ValueError(_outside(skill.path, error)) from None
 
 
 def skills_prompt(catalog: SkillCatalog) -> str:
@@ -119,38 +141,80 @@ def _absolute(path: Path) -> Path:
     return Path(os.path.normpath(path.expanduser().absolute()))
 
 
-def _scan(scope: str, root: Path, warnings: list[str]) -> list[Skill]:
+def _skill_folders(
+    workspace: Path, home: Path | None, warnings: list[str]
+) -> list[tuple[str, Path, Root]]:
+    """The skills folders to search: scope, folder as named, and as a root."""
+    candidates = [
+        ("project", _absolute(workspace) / PROJECT_SKILLS_DIR),
+        ("user", _absolute(home if home is not None else cairn_home()) / USER_SKILLS_DIR),
+    ]
+    folders: list[tuple[str, Path, Root]] = []
+    for scope, folder in candidates:
+        try:
+            root = Root.of(folder)
+        except OSError as error:  # changed while it was resolved
+            warnings.append(f"{scope} skills folder {folder} cannot be read: {_reason(error)}")
+            continue
+        # A workspace that is the home folder has one skills folder, not two.
+        if any(root.path == other.path for _, _, other in folders):
+            continue
+        inside = Root.of(workspace).holds(root.path)
+        if scope == "project" and not inside and os.path.lexists(folder):
+            warnings.append(
+                f"project skills folder {folder} skipped: it leads outside the workspace "
+                f"(to {root.path}) through a symbolic link"
+            )
+            continue
+        folders.append((scope, folder, root))
+    return folders
+
+
+def _scan(
+    scope: str, folder: Path, root: Root, roots: Sequence[Root], warnings: list[str]
+) -> list[Skill]:
     try:
-        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+        with open_beneath([root], root, []) as opened:
+            folders = _subfolders(opened.fd)
     except FileNotFoundError:
         return []
     except OSError as error:
-        warnings.append(f"{scope} skills folder {root} cannot be read: {_reason(error)}")
+        warnings.append(f"{scope} skills folder {folder} cannot be read: {_reason(error)}")
         return []
     skills: list[Skill] = []
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue
-        try:
-            is_dir = entry.is_dir()  # follows a symlinked skill folder
-        except OSError:
-            is_dir = False
-        if not is_dir:
-            continue
-        skill = _load(Path(entry.path), warnings)
+    for name in folders:
+        skill = _load(folder / name, root, roots, warnings)
         if skill is not None:
             skills.append(skill)
     return skills
 
 
-def _load(directory: Path, warnings: list[str]) -> Skill | None:
+def _subfolders(fd: int) -> list[str]:
+    """The visible folders (or links to folders) in the open folder ``fd``, sorted."""
+    names: list[str] = []
+    for entry in sorted(os.scandir(fd), key=lambda entry: entry.name):
+        if entry.name.startswith("."):
+            continue
+        try:
+            # A symlinked skill folder counts; where it leads is checked on loading.
+            if entry.is_dir():
+                names.append(entry.name)
+        except OSError:
+            continue
+    return names
+
+
+def _load(directory: Path, root: Root, roots: Sequence[Root], warnings: list[str]) -> Skill | None:
     name = directory.name
     path = directory / SKILL_FILE
-    if not path.is_file():
+    try:
+        text = _read_text(roots, root, name)
+    except OutsideRootsError as error:
+        warnings.append(f"skill {name!r} skipped: {_outside(path, error)}")
+        return None
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         warnings.append(f"skill {name!r} skipped: {directory} has no {SKILL_FILE}")
         return None
-    try:
-        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         warnings.append(f"skill {name!r} skipped: {path} cannot be read: {_reason(error)}")
         return None
@@ -175,6 +239,19 @@ def _load(directory: Path, warnings: list[str]) -> Skill | None:
             f"it is called {name!r}"
         )
     return Skill(name=name, description=description, path=path, directory=directory)
+
+
+def _read_text(roots: Sequence[Root], start: Root, name: str) -> str:
+    """``<name>/SKILL.md`` beneath ``start``, links followed only beneath ``roots``."""
+    with open_beneath(roots, start, [name, SKILL_FILE]) as opened:
+        if not stat.S_ISREG(os.fstat(opened.fd).st_mode):
+            raise IsADirectoryError(f"{opened.path} is not a regular file")
+        return read_all(opened.fd).decode("utf-8")
+
+
+def _outside(path: Path, error: OutsideRootsError) -> str:
+    where = f" ({error.link} is a symbolic link to {error.target})" if error.link else ""
+    return f"{path} leads outside the skills folders{where}; skills are read only inside them"
 
 
 def _one_line(text: str) -> str:

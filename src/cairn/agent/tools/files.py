@@ -5,35 +5,44 @@ the read in the session state (restoration re-reads recent files after a
 compaction); ``write_file`` and ``edit_file`` write atomically — a temporary
 file in the same folder, then a rename — and keep an existing file's mode;
 ``list_files`` walks the workspace without entering ``SKIPPED_DIRS``.
+
+Every tool works on descriptors from ``paths`` (``open_readable``,
+``writable_slot``, ``scan``): what it reads, lists or replaces is what the
+confined walk opened, so a folder swapped for a symlink meanwhile cannot
+lead it outside the workspace.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import errno
 import os
 import re
 import stat
-import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.paths import (
     SKIPPED_DIRS,
+    Opened,
+    Slot,
     bool_arg,
     display_path,
     glob_depth,
     glob_regex,
+    in_thread,
     int_arg,
     is_binary,
+    open_readable,
     opt_str_arg,
-    resolve_readable,
-    resolve_tool_path,
+    read_all,
+    scan,
+    shown_path,
     str_arg,
-    walk,
+    writable_slot,
+    write_at,
 )
 from cairn.context.effects import ToolEffect
-from cairn.durable import write_all
 from cairn.messages import JSONObject
 
 DEFAULT_READ_LIMIT = 2_000
@@ -49,49 +58,26 @@ def error(exc: Exception | str) -> ToolResult:
     return ToolResult(str(exc), is_error=True)
 
 
-def text_file_problem(path: Path, shown: str) -> str | None:
-    """Why ``path`` cannot be read as a text file, or ``None`` when it can."""
+def text_file_problem(fd: int, shown: str) -> str | None:
+    """Why the open file ``fd`` cannot be read as a text file, or ``None`` when it can."""
     try:
-        if not path.exists():
-            return f"{shown} does not exist"
-        if path.is_dir():
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             return f"{shown} is a directory, not a file; use list_files to see what it holds"
-        if not path.is_file():
+        if not stat.S_ISREG(info.st_mode):
             return f"{shown} is not a regular file"
-        if is_binary(path):
-            size = path.stat().st_size
-            return f"{shown} is a binary file ({size} bytes); only text files can be read"
+        if is_binary(fd):
+            return f"{shown} is a binary file ({info.st_size} bytes); only text files can be read"
     except OSError as exc:
         return f"cannot read {shown}: {exc.strerror or exc}"
     return None
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` in one step, creating parent folders.
-
-    A new file gets the default mode (0666 less the umask); an existing one
-    keeps its mode.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode: int | None = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        try:
-            write_all(fd, data)
-            if mode is not None:
-                os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        temp.replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        raise
+def os_problem(exc: OSError, shown: str) -> str:
+    """The one-line error for a failed open or walk: a missing file, or why it failed."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return f"{shown} does not exist"
+    return f"cannot read {shown}: {exc.strerror or exc}"
 
 
 def cut_line(line: str, limit: int = MAX_LINE_CHARS) -> str:
@@ -146,27 +132,30 @@ class ReadFile:
             raw = str_arg(args, "path")
             offset = max(1, int_arg(args, "offset", default=1, minimum=0))
             limit = int_arg(args, "limit", default=DEFAULT_READ_LIMIT, minimum=1)
-            path = resolve_readable(ctx, raw)
+            opened = open_readable(ctx, raw)
         except ValueError as exc:
             return error(exc)
-        shown = display_path(ctx.workspace, path)
-        problem = text_file_problem(path, shown)
-        if problem is not None:
-            return error(problem)
-        try:
-            text = await asyncio.to_thread(_read_lines, path, offset, limit)
         except OSError as exc:
-            return error(f"cannot read {shown}: {exc.strerror or exc}")
-        ctx.state.record_read(path, ctx.clock())
+            return error(os_problem(exc, shown_path(ctx, raw)))
+        with opened:
+            shown = display_path(ctx.workspace, opened.path)
+            problem = text_file_problem(opened.fd, shown)
+            if problem is not None:
+                return error(problem)
+            try:
+                text = await in_thread(opened.fd, lambda fd: _read_lines(fd, offset, limit))
+            except OSError as exc:
+                return error(f"cannot read {shown}: {exc.strerror or exc}")
+        ctx.state.record_read(opened.path, ctx.clock())
         return ToolResult(text)
 
 
-def _read_lines(path: Path, offset: int, limit: int) -> str:
+def _read_lines(fd: int, offset: int, limit: int) -> str:
     shown: list[str] = []
     chars = 0
     total = 0
     full = False
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    with open(fd, encoding="utf-8", errors="replace", closefd=False) as handle:
         for number, line in enumerate(handle, 1):
             total = number
             if number < offset or full or len(shown) >= limit:
@@ -221,18 +210,22 @@ class WriteFile:
         try:
             raw = str_arg(args, "path")
             content = str_arg(args, "content")
-            path = resolve_tool_path(ctx, raw)
+            slot = writable_slot(ctx, raw, create=True)
         except ValueError as exc:
             return error(exc)
-        shown = display_path(ctx.workspace, path)
-        if path.is_dir():
-            return error(f"{shown} is a directory; write_file writes files")
-        existed = path.exists()
-        data = content.encode("utf-8")
-        try:
-            atomic_write(path, data)
         except OSError as exc:
-            return error(f"cannot write {shown}: {exc.strerror or exc}")
+            return error(f"cannot write {shown_path(ctx, raw)}: {exc.strerror or exc}")
+        data = content.encode("utf-8")
+        with slot:
+            shown = display_path(ctx.workspace, slot.path)
+            try:
+                existing = slot.lstat()
+                if slot.name is None or (existing and stat.S_ISDIR(existing.st_mode)):
+                    return error(f"{shown} is a directory; write_file writes files")
+                write_at(slot.dir_fd, slot.name, data)
+            except OSError as exc:
+                return error(f"cannot write {shown}: {exc.strerror or exc}")
+        existed = existing is not None
         verb = "Overwrote" if existed else "Created"
         return ToolResult(f"{verb} {shown} ({_count_lines(content)} lines, {len(data)} bytes)")
 
@@ -278,23 +271,40 @@ class EditFile:
             old = str_arg(args, "old_string")
             new = str_arg(args, "new_string")
             replace_all = bool_arg(args, "replace_all")
-            path = resolve_tool_path(ctx, raw)
         except ValueError as exc:
             return error(exc)
         if old == "":
             return error("old_string is empty; to create or replace a whole file use write_file")
         if old == new:
             return error("old_string and new_string are the same; there is nothing to change")
-        shown = display_path(ctx.workspace, path)
-        problem = text_file_problem(path, shown)
-        if problem is not None:
-            return error(problem)
         try:
-            text = path.read_bytes().decode("utf-8")
+            slot = writable_slot(ctx, raw, create=False)
+        except ValueError as exc:
+            return error(exc)
+        except OSError as exc:
+            return error(os_problem(exc, shown_path(ctx, raw)))
+        with slot:
+            return self._edit(slot, display_path(ctx.workspace, slot.path), old, new, replace_all)
+
+    def _edit(self, slot: Slot, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
+        if slot.name is None:
+            return error(f"{shown} is a directory, not a file; use list_files to see what it holds")
+        try:
+            fd = slot.open()
+        except OSError as exc:
+            return error(os_problem(exc, shown))
+        try:
+            problem = text_file_problem(fd, shown)
+            if problem is not None:
+                return error(problem)
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            text = read_all(fd).decode("utf-8")
         except UnicodeDecodeError:
             return error(f"{shown} is not valid UTF-8 text; edit_file only edits UTF-8 files")
         except OSError as exc:
             return error(f"cannot read {shown}: {exc.strerror or exc}")
+        finally:
+            os.close(fd)
 
         found = _occurrences(text, old)
         if found == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
@@ -320,7 +330,7 @@ class EditFile:
         replaced = text.count(old) if replace_all else 1
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
         try:
-            atomic_write(path, updated.encode("utf-8"))
+            write_at(slot.dir_fd, slot.name, updated.encode("utf-8"), mode=mode)
         except OSError as exc:
             return error(f"cannot write {shown}: {exc.strerror or exc}")
         what = "1 occurrence" if replaced == 1 else f"{replaced} occurrences"
@@ -375,15 +385,22 @@ class ListFiles:
         try:
             raw = str_arg(args, "path", default=".")
             pattern = opt_str_arg(args, "pattern")
-            root = resolve_readable(ctx, raw or ".")
+            opened = open_readable(ctx, raw or ".")
         except ValueError as exc:
             return error(exc)
-        shown = display_path(ctx.workspace, root)
-        if not root.exists():
-            return error(f"{shown} does not exist")
-        if not root.is_dir():
-            return ToolResult(shown)
-        entries = await asyncio.to_thread(_list, ctx.workspace, root, pattern)
+        except OSError as exc:
+            return error(os_problem(exc, shown_path(ctx, raw or ".")))
+        with opened:
+            shown = display_path(ctx.workspace, opened.path)
+            try:
+                is_dir = stat.S_ISDIR(os.fstat(opened.fd).st_mode)
+            except OSError as exc:
+                return error(f"cannot read {shown}: {exc.strerror or exc}")
+            if not is_dir:
+                return ToolResult(shown)
+            entries = await in_thread(
+                opened.fd, lambda fd: _list(ctx.workspace, replace(opened, fd=fd), pattern)
+            )
         if not entries:
             if pattern is None:
                 return ToolResult(f"{shown} is empty")
@@ -397,15 +414,16 @@ class ListFiles:
         return ToolResult(text)
 
 
-def _list(workspace: Path, root: Path, pattern: str | None) -> list[str]:
+def _list(workspace: Path, folder: Opened, pattern: str | None) -> list[str]:
     regex: re.Pattern[str] | None = None
     depth: int | None = 1
     if pattern is not None:
         pattern = pattern.removeprefix("./")
         regex, depth = glob_regex(pattern), glob_depth(pattern)
     entries: list[str] = []
-    for relative, is_dir in walk(root, max_depth=depth):
-        if regex is not None and regex.match(relative.as_posix()) is None:
+    for entry in scan(folder.fd, max_depth=depth):
+        if regex is not None and regex.match(entry.relative) is None:
             continue
-        entries.append(display_path(workspace, root / relative) + ("/" if is_dir else ""))
+        shown = display_path(workspace, folder.path.joinpath(*entry.parts))
+        entries.append(shown + ("/" if entry.is_dir else ""))
     return sorted(entries)

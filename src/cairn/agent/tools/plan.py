@@ -2,9 +2,11 @@
 
 While plan mode is on the registry refuses every writing tool except
 write_file / edit_file on the plan file, ``<session_dir>/plan.md`` — which
-lies outside the workspace and is allowed by name (``resolve_tool_path``).
+lies outside the workspace and is allowed by name (``paths.is_plan_file``).
 Both tools only change the session's own state and the plan file, so their
-effect is ``read_only``: they stay callable in plan mode.
+effect is ``read_only``: they stay callable in plan mode. The plan file is
+read and written through a descriptor of its folder, never through a
+symlink: a plan file that is one is refused, not followed.
 """
 
 from __future__ import annotations
@@ -12,8 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from cairn.agent.tools.base import ToolContext, ToolResult
-from cairn.agent.tools.files import atomic_write, error
-from cairn.agent.tools.paths import opt_str_arg, plan_file_path
+from cairn.agent.tools.files import error
+from cairn.agent.tools.paths import (
+    SymlinkRefusedError,
+    open_plan,
+    opt_str_arg,
+    plan_file_path,
+    plan_root,
+    plan_slot,
+    read_all,
+    write_at,
+)
 from cairn.context.effects import ToolEffect
 from cairn.context.restore import PlanState, plan_mode_reminder
 from cairn.messages import JSONObject
@@ -78,24 +89,45 @@ class ExitPlanMode:
         plan_file = plan_file_path(ctx)
         if plan_file is None:
             return error("plan mode is not on; there is no plan to present")
-        if plan is None or not plan.strip():
-            try:
-                plan = plan_file.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                plan = ""
-            if not plan.strip():
-                return error(
-                    "there is no plan: pass it as `plan`, or write it to the plan file "
-                    f"{plan_file} first"
-                )
-        else:
-            try:
-                atomic_write(plan_file, plan.encode("utf-8"))
-            except OSError as exc:
-                return error(f"cannot write the plan file {plan_file}: {exc.strerror or exc}")
+        try:
+            if plan is None or not plan.strip():
+                plan = _read_plan(ctx)
+                if not plan.strip():
+                    return error(
+                        "there is no plan: pass it as `plan`, or write it to the plan file "
+                        f"{plan_file} first"
+                    )
+            else:
+                _write_plan(ctx, plan)
+        except SymlinkRefusedError as exc:
+            return error(exc)
+        except OSError as exc:
+            return error(f"cannot write the plan file {plan_file}: {exc.strerror or exc}")
         ctx.state.exit_plan_mode()
         return ToolResult(
             f"Plan mode is off. The plan (saved to {plan_file}) is presented to the user; "
             "wait for their approval before you start implementing it.\n\n"
             f"{plan.rstrip()}"
         )
+
+
+def _read_plan(ctx: ToolContext) -> str:
+    """The plan file's text; ``""`` when it is missing or unreadable (not a symlink: refused)."""
+    where = plan_root(ctx)
+    if where is None:
+        return ""
+    try:
+        with open_plan(*where) as opened:
+            return read_all(opened.fd).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _write_plan(ctx: ToolContext, plan: str) -> None:
+    where = plan_root(ctx)
+    if where is None:
+        return
+    ctx.session_dir.mkdir(parents=True, exist_ok=True)
+    with plan_slot(*where) as slot:
+        assert slot.name is not None  # the plan file's own name
+        write_at(slot.dir_fd, slot.name, plan.encode("utf-8"))

@@ -5,16 +5,26 @@ The result is the skill's body exactly as restoration renders it — first line
 ``${CAIRN_SKILL_DIR}`` replaced by that folder — and that very text is
 recorded in the session state as ``body_as_seen``, so what a compaction
 re-injects is what the model was shown.
+
+The file is read by descriptor beneath the skills folders (``read_skill``):
+a skill folder or file swapped since discovery for a symlink leading
+outside them is refused with an error, not read.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cairn.agent.skills import SkillCatalog
+from cairn.agent.skills import Skill, SkillCatalog, read_skill
 from cairn.agent.tools.base import Tool, ToolContext, ToolResult
 from cairn.context.effects import ToolEffect
-from cairn.context.restore import InvokedSkill, render_skill
+from cairn.context.restore import (
+    SKILL_BASE_PREFIX,
+    SKILL_DIR_PLACEHOLDER,
+    InvokedSkill,
+    skill_directory,
+    split_front_matter,
+)
 from cairn.messages import JSONObject
 
 SKILL_TOOL_NAME = "skill"
@@ -63,10 +73,9 @@ class SkillTool:
         skill = self._catalog.get(name) or self._catalog.get(name.removeprefix("/"))
         if skill is None:
             return self._error(f"there is no skill named {name!r}")
-        invoked = InvokedSkill(skill.name, skill.path, skill.description)
         try:
-            body = render_skill(invoked)
-        except (OSError, UnicodeDecodeError) as error:
+            body = _render(skill, read_skill(skill, self._catalog))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
             return ToolResult(
                 f"Error: the skill {skill.name!r} cannot be read from {skill.path}: {error}",
                 is_error=True,
@@ -81,6 +90,13 @@ class SkillTool:
         names = ", ".join(self._catalog.names())
         available = f"Available skills: {names}." if names else "No skills are available."
         return ToolResult(f"Error: {problem}. {available}", is_error=True)
+
+
+def _render(skill: Skill, text: str) -> str:
+    """The body as ``restore.render_skill`` renders it from the file, from text read safely."""
+    directory = str(skill_directory(InvokedSkill(skill.name, skill.path)))
+    body = split_front_matter(text).body.replace(SKILL_DIR_PLACEHOLDER, directory).strip("\n")
+    return f"{SKILL_BASE_PREFIX}{directory}\n\n{body}"
 
 
 if TYPE_CHECKING:
