@@ -91,6 +91,9 @@ class Session:
             *task_tools(runtime, self),
         ]
         self.tools = ToolRegistry(self.tool_list)
+        #: Notices found while opening (a damaged state record), shown by ``start()``
+        #: once a surface listens.
+        self._open_notices: list[str] = []
         if resume:
             store = JsonlTranscriptStore.open(self.path)
             self._restore_state(store)
@@ -182,6 +185,9 @@ class Session:
         source, self._start_source = self._start_source, None
         if source is None or self._closed:
             return
+        for notice in self._open_notices:
+            self.events.publish(Notice(notice))
+        self._open_notices.clear()
         outcome = await self.hooks.session_start(source)
         for notice in outcome.notices:
             self.events.publish(Notice(notice))
@@ -204,7 +210,7 @@ class Session:
     def _restore_state(self, store: JsonlTranscriptStore) -> None:
         for record in reversed(store.transcript().records):
             if isinstance(record, StateRecord) and record.key == STATE_KEY:
-                self.state.restore(record.value)
+                self._open_notices += self.state.restore(record.value)
                 return
 
 

@@ -6,14 +6,17 @@ is persisted as ``state`` records so a resumed session restores it too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from cairn.context.restore import BackgroundTask, FileRead, InvokedSkill, PlanState
 from cairn.messages import JSONObject, JSONValue
 
 STATE_KEY = "agent_state"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -112,44 +115,133 @@ class SessionState:
             "todos": [{"content": t.content, "status": t.status} for t in self.todos],
         }
 
-    def restore(self, data: JSONValue) -> None:
-        """Load a persisted snapshot (bad parts are ignored, never fatal)."""
+    def restore(self, data: JSONValue) -> list[str]:
+        """Load a persisted snapshot; return a warning for each part that was skipped.
+
+        The snapshot comes from a file that may be damaged or from an older
+        version: a part of the wrong shape is skipped, never fatal, and the
+        rest is restored.
+        """
         if not isinstance(data, dict):
-            return
-        self.reads = [
-            FileRead(
-                Path(str(r["path"])), self.session_id, self.workspace, float(str(r["read_at"]))
-            )
-            for r in _dicts(data.get("reads"))
-            if "path" in r and "read_at" in r
-        ]
-        plan_file = data.get("plan_file")
-        self.plan = PlanState(Path(plan_file)) if isinstance(plan_file, str) else None
-        self.skills = [
-            InvokedSkill(
-                str(s.get("name", "")),
-                Path(str(s.get("skill_file", ""))),
-                str(s.get("description", "")),
-                s["body_as_seen"] if isinstance(s.get("body_as_seen"), str) else None,  # type: ignore[arg-type]
-            )
-            for s in _dicts(data.get("skills"))
-        ]
-        # A background task does not survive a restart: say so instead of "running".
-        self.tasks = {
-            str(t.get("id")): BackgroundTask(
-                str(t.get("id")),
-                str(t.get("description", "")),
-                "interrupted (session restarted)"
-                if t.get("status") == "running"
-                else str(t.get("status")),
-            )
-            for t in _dicts(data.get("tasks"))
-        }
-        self.todos = [
-            Todo(str(t.get("content", "")), str(t.get("status", "pending")))
-            for t in _dicts(data.get("todos"))
-        ]
+            return [f"state snapshot is {_kind(data)}, not an object; ignored"]
+        warnings: list[str] = []
+        self.reads = _restore_items(data, "reads", warnings, self._read)
+        self.plan = _plan(data.get("plan_file"), warnings)
+        self.skills = _restore_items(data, "skills", warnings, _skill)
+        self.tasks = {t.id: t for t in _restore_items(data, "tasks", warnings, _task)}
+        self.todos = _restore_items(data, "todos", warnings, _todo)
+        return warnings
+
+    def _read(self, item: dict[str, JSONValue]) -> FileRead:
+        return FileRead(
+            _path(item, "path"), self.session_id, self.workspace, _timestamp(item, "read_at")
+        )
 
 
-def _dicts(value: JSONValue) -> list[dict[str, JSONValue]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+class _BadPartError(ValueError):
+    """One part of a state snapshot has the wrong shape; the message says how."""
+
+
+def _restore_items(
+    data: dict[str, JSONValue],
+    key: str,
+    warnings: list[str],
+    build: Callable[[dict[str, JSONValue]], _T],
+) -> list[_T]:
+    raw = data.get(key)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        warnings.append(f"state '{key}' is {_kind(raw)}, not a list; skipped")
+        return []
+    items: list[_T] = []
+    for index, item in enumerate(raw):
+        try:
+            if not isinstance(item, dict):
+                raise _BadPartError(f"is {_kind(item)}, not an object")
+            items.append(build(item))
+        except _BadPartError as exc:
+            warnings.append(f"state '{key}' item {index} {exc}; skipped")
+    return items
+
+
+def _plan(raw: JSONValue, warnings: list[str]) -> PlanState | None:
+    if raw is None:
+        return None
+    try:
+        return PlanState(_path({"plan_file": raw}, "plan_file"))
+    except _BadPartError as exc:
+        warnings.append(f"state 'plan_file' {exc}; plan mode not restored")
+        return None
+
+
+def _skill(item: dict[str, JSONValue]) -> InvokedSkill:
+    body = item.get("body_as_seen")
+    if body is not None and not isinstance(body, str):
+        raise _BadPartError(f"field 'body_as_seen' is {_kind(body)}, not a string")
+    return InvokedSkill(
+        _text(item, "name", required=True),
+        _path(item, "skill_file"),
+        _text(item, "description"),
+        body,
+    )
+
+
+def _task(item: dict[str, JSONValue]) -> BackgroundTask:
+    status = _text(item, "status") or "unknown"
+    # A background task does not survive a restart: say so instead of "running".
+    if status == "running":
+        status = "interrupted (session restarted)"
+    return BackgroundTask(_text(item, "id", required=True), _text(item, "description"), status)
+
+
+def _todo(item: dict[str, JSONValue]) -> Todo:
+    return Todo(_text(item, "content"), _text(item, "status") or "pending")
+
+
+def _text(item: dict[str, JSONValue], key: str, *, required: bool = False) -> str:
+    value = item.get(key, "")
+    if not isinstance(value, str):
+        raise _BadPartError(f"field '{key}' is {_kind(value)}, not a string")
+    if required and not value:
+        raise _BadPartError(f"field '{key}' is missing or empty")
+    return value
+
+
+def _path(item: dict[str, JSONValue], key: str) -> Path:
+    value = _text(item, key, required=True)
+    if "\0" in value:
+        raise _BadPartError(f"field '{key}' holds a NUL character, which no path can")
+    return Path(value)
+
+
+def _timestamp(item: dict[str, JSONValue], key: str) -> float:
+    value = item.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _BadPartError(f"field '{key}' is {_kind(value)}, not a number")
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise _BadPartError(f"field '{key}' is not a number") from None
+    if not math.isfinite(number):
+        raise _BadPartError(f"field '{key}' is not a finite number")
+    return number
+
+
+def _kind(value: object) -> str:
+    """How a warning names a JSON value's type."""
+    match value:
+        case None:
+            return "null"
+        case bool():
+            return "a boolean"
+        case int() | float():
+            return "a number"
+        case str():
+            return "a string"
+        case list():
+            return "a list"
+        case dict():
+            return "an object"
+        case _:
+            return f"a {type(value).__name__}"

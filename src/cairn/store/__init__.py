@@ -4,6 +4,7 @@ from cairn.store.base import (
     NotATranscriptError,
     StoreError,
     Transcript,
+    TranscriptHeaderError,
     TranscriptLockedError,
     TranscriptStore,
     TranscriptWriteError,
@@ -11,6 +12,7 @@ from cairn.store.base import (
 from cairn.store.jsonl import JsonlTranscriptStore, read_transcript
 from cairn.store.paths import cairn_home, new_session_id, session_path, workspace_slug
 from cairn.store.records import (
+    MAX_JSON_DEPTH,
     MAX_REPLACEMENT_BYTES,
     MAX_REPLACEMENT_MESSAGES,
     CheckpointError,
@@ -28,6 +30,7 @@ from cairn.store.records import (
 from cairn.store.views import ApiView, api_view, ui_view
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "MAX_REPLACEMENT_BYTES",
     "MAX_REPLACEMENT_MESSAGES",
     "ApiView",
@@ -46,6 +49,7 @@ __all__ = [
     "StateRecord",
     "StoreError",
     "Transcript",
+    "TranscriptHeaderError",
     "TranscriptLockedError",
     "TranscriptStore",
     "TranscriptWriteError",

@@ -17,7 +17,11 @@ from cairn.store.views import ApiView, api_view, ui_view
 
 
 class StoreError(RuntimeError):
-    """Base class of every transcript store failure."""
+    """Base class of every transcript store failure.
+
+    The message is one line meant for a user: it names the file and the
+    problem, so a surface can print ``str(exc)`` as it is.
+    """
 
 
 class TranscriptLockedError(StoreError):
@@ -30,6 +34,13 @@ class TranscriptWriteError(StoreError):
 
 class NotATranscriptError(StoreError):
     """The path is missing, is a directory, or holds no Cairn records."""
+
+
+class TranscriptHeaderError(NotATranscriptError):
+    """The file has no usable session header (empty, torn or damaged): it cannot be resumed.
+
+    The file is left as it is; reading it (``read_transcript``) still works.
+    """
 
 
 @dataclass(slots=True)

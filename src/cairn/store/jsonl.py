@@ -8,6 +8,15 @@ directory is ``fsync``ed; one writer per file, enforced by ``flock``.
 Reading never modifies a file. Opening for writing repairs a torn last line
 (a crash mid-write) by moving it into a sibling ``*.torn-<time>`` file and
 truncating it away, so the next record starts on a clean line.
+
+A new session file appears whole or not at all: ``create`` writes and fsyncs
+the header in a hidden sibling (``.<name>.<pid>-<random>.new``), then links it
+into place. ``open`` refuses — with ``TranscriptHeaderError``, leaving the
+file as it is — a file with no usable header: an empty one, one whose only
+line is a torn header (a crash while an older Cairn created it), or one whose
+first line is not a session header. Such a file is not rewritten: the
+workspace a header names cannot be recovered from the file name, and
+guessing it would attach the session to the wrong project.
 """
 
 from __future__ import annotations
@@ -17,16 +26,17 @@ import errno
 import fcntl
 import gc
 import os
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
-import orjson
-
 from cairn.durable import fsync_dir, write_all
 from cairn.store.base import (
     NotATranscriptError,
+    StoreError,
     Transcript,
+    TranscriptHeaderError,
     TranscriptLockedError,
     TranscriptStore,
     TranscriptWriteError,
@@ -37,8 +47,8 @@ from cairn.store.records import (
     RecordFormatError,
     SessionRecord,
     check_checkpoint,
-    encode_record,
-    record_from_dict,
+    decode_line,
+    encode_line,
 )
 from cairn.store.views import ApiView, api_view
 
@@ -62,15 +72,12 @@ def _parse(path: Path, data: bytes) -> tuple[Transcript, bytes]:
     bad = 0
     lines = data.split(b"\n")
     tail = lines.pop()  # what follows the last newline: b"" in a clean file
-    loads, from_dict = orjson.loads, record_from_dict
+    decode = decode_line
     for number, line in enumerate(lines, start=1):
         if not line:
             continue
         try:
-            records.append(from_dict(loads(line)))
-        except orjson.JSONDecodeError as exc:
-            bad += 1
-            warnings.append(f"line {number}: not valid JSON ({exc.msg}); skipped")
+            records.append(decode(line))
         except RecordFormatError as exc:
             bad += 1
             warnings.append(f"line {number}: {exc}; skipped")
@@ -78,8 +85,8 @@ def _parse(path: Path, data: bytes) -> tuple[Transcript, bytes]:
     if tail:
         try:
             # A whole record that only lost its newline is kept.
-            records.append(from_dict(loads(tail)))
-        except (orjson.JSONDecodeError, RecordFormatError):
+            records.append(decode(tail))
+        except RecordFormatError:
             torn = tail
             warnings.append(
                 f"line {len(lines) + 1}: torn last line ({len(tail)} bytes, "
@@ -131,48 +138,53 @@ class JsonlTranscriptStore:
 
     @classmethod
     def create(cls, path: str | Path, header: SessionRecord) -> JsonlTranscriptStore:
-        """Create a new session file holding ``header``; fails if the file exists."""
+        """Create a new session file holding ``header``; fails if the file exists.
+
+        The file appears whole (header written and fsynced) or not at all,
+        even if the process dies half-way. Raises ``TranscriptWriteError``.
+        """
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        line, stored = _encode(header, f"cannot create {path}")
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            raise TranscriptWriteError(f"{path} already exists; open it to resume") from None
-        try:
-            _lock(fd, path)
-            write_all(fd, encode_record(header))
-            os.fsync(fd)
-            fsync_dir(path.parent)
-        except BaseException:
-            os.close(fd)
-            raise
-        return cls(path, fd, Transcript(path, [header]))
+            _make_dirs(path.parent)
+            if path.exists():
+                raise TranscriptWriteError(
+                    f"cannot create {path}: it already exists; open it to resume"
+                )
+            fd = _create_whole(path, line)
+        except OSError as exc:
+            raise TranscriptWriteError(f"cannot create {path}: {_reason(exc)}") from None
+        return cls(path, fd, Transcript(path, [stored]))
 
     @classmethod
     def open(cls, path: str | Path) -> JsonlTranscriptStore:
-        """Open an existing session file for appending, repairing a torn tail."""
+        """Open an existing session file for appending, repairing a torn tail.
+
+        Raises ``NotATranscriptError`` (missing, a directory, unreadable, not a
+        transcript), its subclass ``TranscriptHeaderError`` (empty, or no
+        usable session header), ``TranscriptLockedError`` (another writer has
+        it) or ``TranscriptWriteError`` (the repair could not be written). The
+        file is only changed by a successful repair.
+        """
         path = Path(path)
+        where = f"cannot resume {path}"
         if path.is_dir():
-            raise NotATranscriptError(f"{path} is a directory, not a transcript file")
+            raise NotATranscriptError(f"{where}: it is a directory, not a transcript file")
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND)
         except FileNotFoundError:
-            raise NotATranscriptError(f"{path}: no such file") from None
+            raise NotATranscriptError(f"{where}: no such file") from None
+        except OSError as exc:
+            raise NotATranscriptError(f"{where}: cannot open it ({_reason(exc)})") from None
         try:
-            _lock(fd, path)
-            data = _read_all(fd)
+            _lock(fd, path, where)
+            try:
+                data = _read_all(fd)
+            except OSError as exc:
+                raise NotATranscriptError(f"{where}: cannot read it ({_reason(exc)})") from None
             transcript, torn = parse_transcript(path, data)
-            if data.strip() and not transcript.records:
-                raise NotATranscriptError(f"{path} is not a Cairn transcript (no valid record)")
-            if torn:
-                aside = _move_aside(path, torn)
-                os.ftruncate(fd, len(data) - len(torn))
-                os.fsync(fd)
-                transcript.warnings.append(f"the torn last line was moved to {aside}")
-            elif data and not data.endswith(b"\n"):
-                # A complete record whose newline was lost: finish the line.
-                write_all(fd, b"\n")
-                os.fsync(fd)
+            _check_header(transcript, data, where)
+            _repair_tail(fd, path, data, torn, transcript, where)
         except BaseException:
             os.close(fd)
             raise
@@ -193,13 +205,15 @@ class JsonlTranscriptStore:
         return self._api
 
     def append(self, record: Record) -> None:
-        self._write(encode_record(record), durable=False)
-        self._remember(record)
+        line, stored = _encode(record, str(self._path))
+        self._write(line, durable=False)
+        self._remember(stored)
 
     def save_compaction(self, record: CompactionRecord) -> None:
         check_checkpoint(record)
-        self._write(encode_record(record), durable=True)
-        self._remember(record)
+        line, stored = _encode(record, str(self._path))
+        self._write(line, durable=True)
+        self._remember(stored)
 
     def sync(self) -> None:
         self._check_open()
@@ -216,6 +230,8 @@ class JsonlTranscriptStore:
             return
         try:
             os.fsync(self._fd)
+        except OSError as exc:
+            raise TranscriptWriteError(f"{self._path}: fsync failed ({_reason(exc)})") from exc
         finally:
             os.close(self._fd)  # closing releases the flock
             self._fd = -1
@@ -256,16 +272,169 @@ class JsonlTranscriptStore:
             raise TranscriptWriteError(f"{self._path}: the store is closed")
 
 
-def _lock(fd: int, path: Path) -> None:
+def _encode(record: Record, where: str) -> tuple[bytes, Record]:
+    """The line to write and the record as a reload will see it (kept in memory)."""
+    try:
+        return encode_line(record)
+    except RecordFormatError as exc:
+        raise TranscriptWriteError(f"{where}: record not written: {exc}") from None
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _make_dirs(directory: Path) -> None:
+    """``mkdir -p``, fsyncing the parent of each folder it creates."""
+    missing: list[Path] = []
+    current = directory
+    while not current.exists() and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process was quicker
+            folder.mkdir()
+        fsync_dir(folder.parent)
+
+
+def _create_whole(path: Path, line: bytes) -> int:
+    """Write ``line`` into a new file at ``path`` that never exists half-written.
+
+    Returns its descriptor, locked. The header goes into a hidden sibling
+    first and is fsynced; linking it into place cannot replace a file that
+    appeared meanwhile (``rename`` would).
+    """
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.new")
+    fd = os.open(temp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+    linked = False
+    try:
+        _lock(fd, path, f"cannot create {path}")  # a fresh inode: nobody else holds it
+        write_all(fd, line)
+        os.fsync(fd)
+        _link_into_place(temp, path)
+        linked = True
+        with contextlib.suppress(FileNotFoundError):  # gone if it was renamed instead
+            temp.unlink()
+        fsync_dir(path.parent)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        if linked:  # roll back: a session that failed to be created does not exist
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    return fd
+
+
+#: ``link`` errors of file systems without hard links (FAT, some network mounts).
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+def _link_into_place(temp: Path, path: Path) -> None:
+    exists = TranscriptWriteError(f"cannot create {path}: it already exists; open it to resume")
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        raise exists from None
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+        # Without hard links, ``rename`` is the atomic step; it would replace a
+        # file created in the instant since this check, which links rule out.
+        if path.exists():
+            raise exists from None
+        temp.rename(path)
+
+
+def _check_header(transcript: Transcript, data: bytes, where: str) -> None:
+    """Refuse a file that has no session header where it must be."""
+    if transcript.header is not None:
+        return
+    if not data.strip():
+        raise TranscriptHeaderError(
+            f"{where}: the file is empty, not a session (no session header); "
+            "delete it to start over"
+        )
+    first = next(line for line in data.split(b"\n") if line.strip())
+    if not transcript.records:
+        if b"\n" not in data.rstrip(b"\n") and _looks_like_header(first):
+            raise TranscriptHeaderError(
+                f"{where}: its session header is incomplete (Cairn stopped while creating "
+                "the session) and nothing else is stored in it; delete it to start over"
+            )
+        raise NotATranscriptError(f"{where}: it is not a Cairn transcript (no valid record found)")
+    number = data[: data.index(first)].count(b"\n") + 1
+    try:
+        record = decode_line(first)
+    except RecordFormatError as exc:
+        reason = str(exc)
+    else:
+        reason = f"it is a {record.TYPE} record"
+    raise TranscriptHeaderError(
+        f"{where}: it is not a Cairn transcript (no session header on line {number}: {reason})"
+    )
+
+
+def _looks_like_header(line: bytes) -> bool:
+    return line.lstrip().startswith((b'{"v":1,"type":"session"', b'{"v": 1, "type": "session"'))
+
+
+def _repair_tail(
+    fd: int, path: Path, data: bytes, torn: bytes, transcript: Transcript, where: str
+) -> None:
+    try:
+        if torn:
+            aside = _move_aside(path, torn)
+            os.ftruncate(fd, len(data) - len(torn))
+            os.fsync(fd)
+            transcript.warnings.append(f"the torn last line was moved to {aside}")
+        elif data and not data.endswith(b"\n"):
+            # A complete record whose newline was lost: finish the line.
+            write_all(fd, b"\n")
+            os.fsync(fd)
+    except OSError as exc:
+        raise TranscriptWriteError(
+            f"{where}: could not repair its last line ({_reason(exc)})"
+        ) from None
+
+
+def _lock(fd: int, path: Path, where: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise TranscriptLockedError(
-                f"{path} is already open for writing by another Cairn session; "
+                f"{where}: it is already open for writing by {_holder(fd)}; "
                 "close it there first (one writer per session file)"
             ) from None
-        raise
+        raise StoreError(f"{where}: cannot lock it ({_reason(exc)})") from None
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock on ``fd``'s file, as far as ``/proc/locks`` tells (Linux)."""
+    pid = _lock_holder_pid(fd)
+    if pid is None:
+        return "another Cairn process"
+    if pid == os.getpid():
+        return f"this Cairn process (pid {pid})"
+    return f"another Cairn process (pid {pid})"
+
+
+def _lock_holder_pid(fd: int) -> int | None:
+    try:
+        info = os.fstat(fd)
+        table = Path("/proc/locks").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for row in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters read "1: -> FLOCK …".
+        fields = row.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode:
+            # 0: the holder is in a pid namespace this process cannot see.
+            return int(fields[4]) if fields[4].isdigit() and fields[4] != "0" else None
+    return None
 
 
 def _read_all(fd: int) -> bytes:

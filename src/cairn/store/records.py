@@ -3,12 +3,17 @@
 A record is ``{"v": 1, "type": …, "id": …, "ts": …, …}``. This module turns
 records into JSON-ready dicts and back, and holds the checkpoint limits that
 are enforced both when a compaction is saved and when it is loaded.
+
+A line is a record only if it could be written again: ``decode_line`` refuses
+JSON nested deeper than ``MAX_JSON_DEPTH`` (``orjson`` reads 1,024 levels but
+writes only 254), and ``encode_record`` refuses to produce a line that
+``decode_line`` would not accept. So every record a consumer sees — loaded or
+about to be written — can be encoded again.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar, Literal, TypeAlias, cast
@@ -24,6 +29,7 @@ from cairn.messages import (
     message_from_dict,
     message_to_dict,
     new_id,
+    scrub,
 )
 
 RECORD_VERSION = 1
@@ -31,6 +37,11 @@ CHECKPOINT_VERSION = 1
 #: Limits on one compaction checkpoint's ``replacement_messages`` (seed 000).
 MAX_REPLACEMENT_MESSAGES = 4_096
 MAX_REPLACEMENT_BYTES = 16 * 1024 * 1024
+#: Deepest JSON nesting a record line may have (the line's own object is level 1).
+#: ``orjson`` cannot encode more than 254 levels; half of that leaves room for
+#: whatever wraps a record or a message (an event, a request, an export) to
+#: still encode it, and is far beyond anything Cairn itself writes.
+MAX_JSON_DEPTH = 128
 
 Trigger: TypeAlias = Literal["auto", "manual", "reactive"]
 Strategy: TypeAlias = Literal["llm", "fallback"]
@@ -179,7 +190,7 @@ def check_checkpoint(record: CompactionRecord) -> int:
         raise CheckpointError(
             f"checkpoint has {count} replacement messages; the limit is {MAX_REPLACEMENT_MESSAGES}"
         )
-    size = len(orjson.dumps([message_to_dict(m) for m in record.replacement_messages]))
+    size = len(_replacement_bytes(record.replacement_messages))
     if size > MAX_REPLACEMENT_BYTES:
         raise CheckpointError(
             f"checkpoint replacement messages take {size:,} bytes; "
@@ -193,6 +204,64 @@ def check_checkpoint(record: CompactionRecord) -> int:
             f"results without calls: {list(orphans.results)})"
         )
     return size
+
+
+def _replacement_bytes(messages: Sequence[Message]) -> bytes:
+    """The replacement messages as they would be written (lone surrogates scrubbed)."""
+    data: JSONValue = [message_to_dict(m) for m in messages]
+    try:
+        return orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        pass
+    # The line nests the list inside the record object: one level more.
+    if exceeds_depth(data, MAX_JSON_DEPTH - 1):
+        raise CheckpointError(
+            f"checkpoint replacement messages nest JSON more than {MAX_JSON_DEPTH - 1} "
+            f"levels deep (a record line may nest {MAX_JSON_DEPTH} in all)"
+        )
+    try:
+        return orjson.dumps(scrub_json(data))
+    except orjson.JSONEncodeError as exc:
+        raise CheckpointError(
+            f"checkpoint replacement messages are not valid JSON ({exc})"
+        ) from None
+
+
+# ---------------------------------------------------------------------------
+# Nesting depth
+
+
+def exceeds_depth(value: object, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep.
+
+    Iterative, so that a value nested far beyond the interpreter's recursion
+    limit is measured rather than crashing the measurement.
+    """
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
+    return False
+
+
+def line_exceeds_depth(line: bytes, value: object) -> bool:
+    """``exceeds_depth(value, MAX_JSON_DEPTH)`` for ``value`` decoded from ``line``.
+
+    The nesting can be no deeper than the number of opening brackets in the
+    line; counting them is far cheaper than walking the value, and nearly
+    every line has fewer than the limit.
+    """
+    if line.count(b"[") + line.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    return exceeds_depth(value, MAX_JSON_DEPTH)
 
 
 # ---------------------------------------------------------------------------
@@ -238,37 +307,76 @@ def record_to_dict(record: Record) -> JSONObject:
 
 
 def encode_record(record: Record) -> bytes:
-    """One transcript line, newline included.
+    """One transcript line, newline included; ``decode_line`` reads it back.
 
-    Lone surrogates (undecodable bytes smuggled into a ``str``, e.g. from a
-    tool's raw output) cannot be UTF-8; they become U+FFFD rather than
-    failing the write and losing the whole record.
+    Raises ``RecordFormatError`` for a record that cannot be a line (see
+    ``encode_line``).
+    """
+    return encode_line(record)[0]
+
+
+def encode_line(record: Record) -> tuple[bytes, Record]:
+    """One transcript line, and the record exactly as the loader will read it back.
+
+    Lone surrogates (undecodable bytes smuggled into a ``str``, e.g. in a
+    ``meta.extra`` value) cannot be UTF-8; they become U+FFFD rather than
+    failing the write and losing the whole record. A record that still cannot
+    be a line — JSON nested too deep, an integer beyond 64 bits, a field of
+    the wrong type — raises ``RecordFormatError`` naming the problem: a line
+    the loader would skip must never be written. A writer keeps the returned
+    record, so what it holds in memory is what a reload will hold.
     """
     data = record_to_dict(record)
     try:
-        return orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
+        line = orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:
-        return orjson.dumps(_scrub(data), option=orjson.OPT_APPEND_NEWLINE)
+        line = _encode_slowly(record, data)
+    try:
+        return line, decode_line(line)
+    except RecordFormatError as exc:
+        raise RecordFormatError(
+            f"{record.TYPE} record {record.id!r} would not read back: {exc}"
+        ) from None
 
 
-# A Python ``str`` holds astral characters as single code points, so any
-# surrogate code point in one is a lone half.
-_SURROGATE = re.compile("[\ud800-\udfff]")
+def _encode_slowly(record: Record, data: JSONObject) -> bytes:
+    # Measured before scrubbing: the scrub recurses, and a value nested far
+    # enough would exhaust the interpreter's stack.
+    if exceeds_depth(data, MAX_JSON_DEPTH):
+        raise RecordFormatError(
+            f"{record.TYPE} record {record.id!r} nests JSON more than {MAX_JSON_DEPTH} levels deep"
+        )
+    try:
+        return orjson.dumps(scrub_json(data), option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError as exc:
+        raise RecordFormatError(
+            f"{record.TYPE} record {record.id!r} cannot be encoded as JSON ({exc})"
+        ) from None
 
 
-def _scrub(value: JSONValue) -> JSONValue:
+def scrub_json(value: JSONValue) -> JSONValue:
+    """``value`` with every lone surrogate in its strings and keys replaced by U+FFFD.
+
+    Recursive: only call it on values no deeper than ``MAX_JSON_DEPTH``.
+    """
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_scrub(v) for v in value]
+        return scrub(value)
+    if isinstance(value, (list, tuple)):
+        return [scrub_json(v) for v in value]
     if isinstance(value, dict):
-        return {_scrub_key(k): _scrub(v) for k, v in value.items()}
+        return {scrub(k) if isinstance(k, str) else k: scrub_json(v) for k, v in value.items()}
     return value
 
 
-def _scrub_key(key: str) -> str:
-    scrubbed = _scrub(key)
-    return scrubbed if isinstance(scrubbed, str) else key
+def decode_line(line: bytes) -> Record:
+    """Parse one transcript line, raising ``RecordFormatError`` that names the problem."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise RecordFormatError(f"not valid JSON ({exc.msg})") from None
+    if line_exceeds_depth(line, data):
+        raise RecordFormatError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    return record_from_dict(data)
 
 
 def record_from_dict(data: object) -> Record:

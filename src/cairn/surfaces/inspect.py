@@ -142,6 +142,13 @@ def inspect_transcript(path: str | Path) -> Inspection:
     """
     path = Path(path)
     transcript = _load(path)
+    try:
+        return _inspect(path, transcript)
+    except Exception as exc:  # a bug deriving the views must not become a traceback either
+        raise InspectError(f"{path}: cannot inspect ({type(exc).__name__}: {exc})") from None
+
+
+def _inspect(path: Path, transcript: Transcript) -> Inspection:
     api = transcript.api()
     ui = transcript.ui(api)
     records = transcript.records
