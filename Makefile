@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-live test lint bench clean
+.PHONY: demo demo-live test lint bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,14 @@ lint: $(STAMP)
 
 test: lint $(E2E_STAMP) $(TEST_MODEL)
 	CAIRN_TEST_MODEL=$(abspath $(TEST_MODEL)) $(BIN)/python -m pytest -q
+
+# The reliability campaign at full counts (tests/reliability/, DESIGN's
+# durability contract): >= 1,000 kills, >= 100,000 fuzzed inputs, >= 3,000
+# symlink races per file tool; the figures go to benchmarks/results/reliability.json.
+SOAK_RESULTS := benchmarks/results/reliability.json
+soak: $(E2E_STAMP)
+	rm -f $(SOAK_RESULTS)
+	CAIRN_SOAK=1 CAIRN_SOAK_RESULTS=$(abspath $(SOAK_RESULTS)) $(BIN)/python -m pytest -q tests/reliability
 
 # The agent against the real local model: watch a real model compact.
 demo-live: $(E2E_STAMP) $(TEST_MODEL)

@@ -28,7 +28,7 @@ from cairn.context.pipeline import (
     RequestTooLargeError,
 )
 from cairn.context.tracker import FixedContext
-from cairn.messages import Message, ToolCall, group_rounds, new_id, tool_result, user
+from cairn.messages import Message, ToolCall, new_id, tool_result, user
 from cairn.provider import (
     ContentDelta,
     ContextLimitError,
@@ -55,6 +55,8 @@ class TurnResult:
     text: str
     requests: int
     aborted: bool = False
+    #: Stopped at ``max_turns`` requests with tool calls still coming: the task is unfinished.
+    max_turns_reached: bool = False
 
 
 class _AbortedError(Exception):
@@ -87,6 +89,7 @@ async def run_turn(
                 raise _AbortedError
         else:
             session.events.publish(Notice(f"stopped after {max_turns} requests (--max-turns)"))
+            return TurnResult(answer, requests, max_turns_reached=True)
     except _AbortedError:
         session.events.publish(Notice("interrupted"))
         return TurnResult(answer, requests, aborted=True)
@@ -99,15 +102,7 @@ async def run_turn(
 
 def _close_open_round(session: Session) -> None:
     """Answer any tool call left without a result (a cancelled task), so no round is split."""
-    messages = session.pipeline.messages
-    rounds = group_rounds(messages)
-    if not rounds or not rounds[-1].missing:
-        return
-    last = messages[rounds[-1].start]
-    names = {c.id: c.name for c in last.tool_calls}
-    for call_id in rounds[-1].missing:
-        result = tool_result(call_id, INTERRUPTED, name=names.get(call_id), error=True)
-        session.pipeline.add(result)
+    for result in session.pipeline.answer_open_calls(INTERRUPTED):
         session.events.publish(MessageAdded(result))
 
 

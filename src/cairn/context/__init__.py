@@ -16,6 +16,7 @@ from cairn.context.pipeline import (
     CompactionFailedError,
     CompactionOutcome,
     ContextPipeline,
+    NothingToCompactError,
 )
 from cairn.context.summarizer import (
     FallbackSummarizer,
@@ -38,6 +39,7 @@ __all__ = [
     "FallbackPlan",
     "FallbackSummarizer",
     "FixedContext",
+    "NothingToCompactError",
     "OnFailure",
     "Phase",
     "Summarizer",

@@ -55,7 +55,14 @@ from cairn.context.summarizer import (
 )
 from cairn.context.tool_budget import apply_tool_budget, tool_budget_for
 from cairn.context.tracker import ContextTokenTracker, FixedContext, TokenSnapshot
-from cairn.messages import KIND_HANDOFF, KIND_PLAN_REMINDER, Message, Usage
+from cairn.messages import (
+    KIND_HANDOFF,
+    KIND_PLAN_REMINDER,
+    Message,
+    Usage,
+    group_rounds,
+    tool_result,
+)
 from cairn.provider.config import ModelConfig
 from cairn.provider.errors import ContextLimitError
 from cairn.store.base import StoreError, TranscriptStore, TranscriptWriteError
@@ -87,6 +94,10 @@ class CheckpointFailedError(StoreError):
 
 class CompactionFailedError(RuntimeError):
     """A manual compaction failed; an error block was written to the session."""
+
+
+class NothingToCompactError(CompactionFailedError):
+    """A manual compaction had nothing to gain; the context is unchanged."""
 
 
 class ContextWindowExceededError(RuntimeError):
@@ -174,6 +185,13 @@ _UNKNOWN = TokenSnapshot(None, "unknown", None, "unknown")
 UNKNOWN_WINDOW = 2 * MAX_SUMMARY_TOKENS
 
 
+#: The result a call left unanswered by a crash gets when the session reopens.
+CRASH_INTERRUPTED = "[interrupted: the session stopped before this tool call finished]"
+#: The open round is at the end: only this many messages are grouped to find
+#: it (a round of parallel calls is one assistant message and its results).
+_OPEN_ROUND_SCAN = 512
+
+
 class ContextPipeline:
     """The context of one session: its durable history and the rules that keep it small."""
 
@@ -241,6 +259,11 @@ class ContextPipeline:
             self.epoch,
             sum(self._count(m) for m in self.messages if m.meta.kind == KIND_HANDOFF),
         )
+        # A crash while tools ran leaves calls without results, and a provider
+        # rejects that round (HTTP 400) on every later request: answer them now,
+        # durably, before anything can be sent.
+        if self.answer_open_calls(CRASH_INTERRUPTED):
+            self._store.sync()
 
     @classmethod
     def open(
@@ -299,6 +322,27 @@ class ContextPipeline:
     @property
     def compacting(self) -> bool:
         return self._compacting
+
+    def answer_open_calls(self, text: str) -> list[Message]:
+        """Answer every call of the last round that has no result with ``text`` (an error).
+
+        Returns the results added (persisted like any message), so no round
+        is ever left split: a cancelled tool, a crash mid-call.
+        """
+        messages = self.messages
+        rounds = group_rounds(messages[-_OPEN_ROUND_SCAN:])
+        if not rounds or not rounds[-1].missing:
+            return []
+        offset = max(len(messages) - _OPEN_ROUND_SCAN, 0)
+        head = messages[offset + rounds[-1].start]
+        names = {c.id: c.name for c in head.tool_calls}
+        results = [
+            tool_result(call_id, text, name=names.get(call_id), error=True)
+            for call_id in rounds[-1].missing
+        ]
+        for result in results:
+            self.add(result)
+        return results
 
     def add(self, message: Message) -> None:
         """Persist ``message``, then add it to the context.
@@ -632,7 +676,7 @@ class ContextPipeline:
         """An auto or reactive compaction that cannot help says why; a manual one fails."""
         if trigger == "manual":
             self._store.append(ErrorRecord(f"Compaction failed: {reason}", source="compact"))
-            raise CompactionFailedError(reason)
+            raise NothingToCompactError(reason)
         warnings.append(reason)
 
     def _share(self, fixed: FixedContext) -> int:

@@ -39,6 +39,7 @@ from cairn.provider import (
     resolve_model,
 )
 from cairn.provider.config import MIN_CONTEXT_WINDOW
+from cairn.store import StoreError
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 EXIT_FAILED = 1
@@ -66,6 +67,8 @@ def run_print(args: PrintArgs) -> int:
         prompt = sys.stdin.read()
     if not prompt.strip():
         return _fail("cairn -p: the prompt is empty", EXIT_USAGE)
+    if args.max_turns < 1:
+        return _fail(f"cairn -p: --max-turns must be at least 1, got {args.max_turns}", EXIT_USAGE)
     try:
         settings = load_settings(args.workspace)
         model = _model(settings, args)
@@ -104,6 +107,10 @@ async def _run(
             session = runtime.resume(args.resume) if args.resume else runtime.new_session()
         except LookupError as exc:
             return _fail(f"cairn -p: {exc}", EXIT_USAGE)
+        except StoreError as exc:
+            # A transcript that cannot be opened (locked, not a transcript, damaged
+            # beyond repair): one line, and the file is left as it is.
+            return _fail(f"cairn -p: {one_line(str(exc))}", EXIT_FAILED)
         try:
             await session.start()
             command = parse_command(prompt)
@@ -117,6 +124,13 @@ async def _run(
                 if str(exc) in on_stderr.errors:
                     return EXIT_FAILED  # already on stderr as its error event
                 return _fail(f"cairn -p: {exc}", EXIT_FAILED)
+            if result.max_turns_reached:
+                stopped = (
+                    f"stopped after {result.requests} requests (--max-turns {args.max_turns}) "
+                    f"before the task finished; continue with --resume {session.id}"
+                )
+                _emit(args, result.text, session.id, result.requests, error=stopped)
+                return _fail(f"cairn -p: {stopped}", EXIT_FAILED)
             _emit(args, result.text, session.id, result.requests)
             return 0
         finally:
@@ -139,11 +153,22 @@ def _model(settings: Settings, args: PrintArgs) -> ModelConfig | None:
     return resolve_model(settings.model, env_entry(), flags)
 
 
-def _emit(args: PrintArgs, text: str, session_id: str, requests: int) -> None:
+def _emit(
+    args: PrintArgs, text: str, session_id: str, requests: int, *, error: str | None = None
+) -> None:
     if args.output_format == "text":
-        print(text)
+        if error is None:
+            print(text)
         return
-    payload = {"type": "result", "result": text, "session_id": session_id, "requests": requests}
+    payload: dict[str, JSONValue] = {
+        "type": "result",
+        "result": text,
+        "session_id": session_id,
+        "requests": requests,
+    }
+    if error is not None:
+        payload["is_error"] = True
+        payload["error"] = error
     sys.stdout.buffer.write(orjson.dumps(payload) + b"\n")
     sys.stdout.flush()
 
