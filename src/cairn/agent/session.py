@@ -94,12 +94,15 @@ class Session:
         #: Notices found while opening (a damaged state record), shown by ``start()``
         #: once a surface listens.
         self._open_notices: list[str] = []
+        every_record = runtime.settings.store.fsync == "record"
         if resume:
-            store = JsonlTranscriptStore.open(self.path)
+            store = JsonlTranscriptStore.open(self.path, fsync_every_record=every_record)
             self._restore_state(store)
         else:
             store = JsonlTranscriptStore.create(
-                self.path, SessionRecord(session_id, str(self.workspace), model=self.model.model)
+                self.path,
+                SessionRecord(session_id, str(self.workspace), model=self.model.model),
+                fsync_every_record=every_record,
             )
         self.state.on_change = self._persist_state
         self.hooks = HookRunner(

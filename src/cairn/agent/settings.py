@@ -37,11 +37,12 @@ the key path (``hooks.PreCompact[0].hooks[0].timeout``) and what is allowed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeAlias, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeAlias, Union, cast, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -177,12 +178,30 @@ class HooksSettings(BaseModel):
         return tuple(selected)
 
 
+Fsync: TypeAlias = Literal["turn", "record"]
+#: Overrides ``store.fsync`` of both settings files.
+FSYNC_ENV = "CAIRN_FSYNC"
+
+
+class StoreSettings(BaseModel):
+    """How transcripts reach the disk (README, *Durability*)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: ``turn``: records are written at once (a killed process loses nothing
+    #: acknowledged) and fsynced at each turn end and each compaction (a power
+    #: cut can lose the current turn); ``record``: every record is fsynced
+    #: before it counts as written (a power cut loses nothing acknowledged).
+    fsync: Fsync = "turn"
+
+
 class Settings(BaseModel):
     """The whole of ``settings.json``; every section is optional."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     hooks: HooksSettings = Field(default_factory=HooksSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     #: The settings layer of the one model configuration (``cairn.provider.ModelEntry``).
     model: ModelEntry | None = None
@@ -197,7 +216,20 @@ def project_settings_path(workspace: Path) -> Path:
 
 
 def load_settings(workspace: Path, home: Path | None = None) -> Settings:
-    """User settings, then project settings (project wins); missing files are fine."""
+    """User settings, then project settings (project wins), then ``CAIRN_FSYNC``."""
+    return _with_environment(_load_files(workspace, home))
+
+
+def _with_environment(settings: Settings) -> Settings:
+    value = os.environ.get(FSYNC_ENV, "")
+    if not value:
+        return settings
+    if value not in get_args(Fsync):
+        raise SettingsError(f"{FSYNC_ENV} must be 'turn' or 'record', got {value!r}")
+    return settings.model_copy(update={"store": StoreSettings(fsync=cast(Fsync, value))})
+
+
+def _load_files(workspace: Path, home: Path | None) -> Settings:
     user_path = user_settings_path(home)
     project_path = project_settings_path(workspace)
     user_raw = read_settings_file(user_path)
