@@ -392,3 +392,40 @@ def test_latest_total_tokens_shows_total_tokens_only(
     events = record(session)
     asyncio.run(run_turn(session, "hi"))
     assert [e.latest_total_tokens for e in events if isinstance(e, UsageUpdate)] == [1_010]
+
+
+def test_the_loop_checks_before_every_request_including_after_tool_results(
+    workspace: Path, tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Within one turn, a read that pushes the context over the line is compacted before
+    the very next request, not at the next user turn (moved from test_pipeline: the
+    loop, not the test, must call the check)."""
+    model = ScriptedModel([call("read_file", path="big.txt") for _ in range(8)])
+    openai_server.respond_with(model)
+    rt = runtime(workspace, openai_server, tmp_path, window=WINDOW)
+    session = rt.new_session()
+    checks: list[int] = []
+    check = session.pipeline.check_and_compact
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        checks.append(len(openai_server.requests))
+        return await check(*args, **kwargs)
+
+    session.pipeline.check_and_compact = counted  # type: ignore[method-assign]
+    result = asyncio.run(run_turn(session, "read big.txt until you know it"))
+    rt.close()
+    assert result.text == "Done."
+    bodies = [r.body for r in openai_server.requests]
+    main = [i for i, b in enumerate(bodies) if not is_fork(b)]
+    # One check before each main request, none skipped: the n-th check ran when n main
+    # requests (and the forks of earlier compactions) had gone out.
+    assert len(checks) == len(main) == 9
+    assert [sum(1 for j in main if j < n) for n in checks] == list(range(9))
+    # The turn had a single user message, so any compact block the server saw came from
+    # a check between tool results.
+    compacted = [
+        i
+        for i in main
+        if any("continued from a previous" in str(m.get("content")) for m in bodies[i]["messages"])
+    ]
+    assert compacted and model.forks >= 1

@@ -231,17 +231,21 @@ def test_whole_rounds_are_kept_from_the_newest_end() -> None:
 
 
 def test_rounds_that_fit_are_kept_whole_and_the_next_one_does_not_fit() -> None:
-    # Rounds of the same size, none cuttable meaningfully: the count is exact.
+    # Rounds of one size, too small to be cut (a cut keeps at least
+    # BOUNDARY_MIN_TEXT_TOKENS of text), and far more than fit: the count is exact.
     history = [user("goal")]
-    for i in range(40):
-        history += tool_turn("read_file", f'{{"path": "f{i}"}}', "r" * 2_000)
-    p = plan(history)
-    kept_rounds = len(tail_of(p)) // 2
+    for i in range(400):
+        history += tool_turn("read_file", f'{{"path": "f{i:03}"}}', "r" * 200)
     round_cost = sum(estimate_message_tokens(m) for m in history[1:3])
+    # Less room than a round leaves less text room than a cut needs.
+    assert round_cost - estimate_message_tokens(history[1]) < BOUNDARY_MIN_TEXT_TOKENS
+    p = plan(history)
+    assert not p.truncated_round
+    kept_rounds = len(tail_of(p)) // 2
+    assert 0 < kept_rounds < 400
     block_cost = estimate_message_tokens(p.replacement[0])
-    if not p.truncated_round:
-        assert block_cost + kept_rounds * round_cost <= p.target
-        assert block_cost + (kept_rounds + 1) * round_cost > p.target
+    assert block_cost + kept_rounds * round_cost <= p.target
+    assert block_cost + (kept_rounds + 1) * round_cost > p.target
 
 
 def test_boundary_round_is_cut_head_75_tail_25_keeping_all_its_messages() -> None:

@@ -104,10 +104,18 @@ def test_report_numbers_add_up_with_the_transcript(tmp_path: Path) -> None:
 
 
 def test_cache_eligible_prefix_grows_between_compactions(tmp_path: Path) -> None:
-    report = replay(long_session(), tmp_path, 32_768, "none")
-    # With nothing rewritten, each request shares everything but the newest messages.
+    """Between compactions each request shares all of the previous one; a compaction
+    resets the shared prefix to the fixed context (the policy really compacts here)."""
+    report = replay(long_session(), tmp_path, 32_768, "cairn")
+    compacted = [r.index for r in report.requests if r.compaction is not None]
+    assert compacted and len(compacted) < len(report.requests) - 1
     for previous, current in zip(report.requests, report.requests[1:], strict=False):
-        assert current.cache_eligible_tokens >= previous.true_tokens - 10
+        if current.compaction is not None:
+            assert current.cache_eligible_tokens == report.fixed_tokens
+        elif current.snipped == 0 and not current.handoff:
+            assert current.cache_eligible_tokens >= previous.true_tokens - 10
+    grown = [r for r in report.requests[1:] if r.compaction is None and r.snipped == 0]
+    assert len(grown) >= len(report.requests) // 2
 
 
 def test_projection_error_is_measured_against_the_exact_count(tmp_path: Path) -> None:
