@@ -865,3 +865,8 @@ def test_todo_items_and_paths_are_listed_verbatim_on_one_line() -> None:
     assert listed.splitlines() == ["- notes/meeting  notes.md", "- notes/odd\\nname.py"]
     # Carried over from a previous block, a path is neither re-escaped nor duplicated.
     assert files_section(listed, ["notes/odd\nname.py"]) == listed
+
+
+def test_todo_arguments_nested_a_thousand_deep_are_not_a_todo_list() -> None:
+    """Regression: json.loads raised RecursionError on a recording's deep arguments."""
+    assert todo_items("[" * 1_200 + "]" * 1_200) is None

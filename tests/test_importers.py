@@ -8,8 +8,10 @@ when that folder is absent.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import orjson
 import pytest
@@ -22,6 +24,7 @@ from cairn.messages import (
     Usage,
     assistant,
     find_orphans,
+    message_to_dict,
     system,
     tool_result,
     user,
@@ -1054,3 +1057,209 @@ def test_codex_injected_instructions_and_environment_are_not_typed(tmp_path: Pat
         ("Fix the rounding bug.", False),
     ]
     assert_sound(session)
+
+
+# ---------------------------------------------------------------------------
+# Wrong shapes, deep nesting, lone surrogates: an error or a warning, never a crash
+
+
+def nested(depth: int) -> bytes:
+    """A JSON array ``depth`` levels deep (deeper than orjson writes, as deep as it reads)."""
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+def with_raw(value: object, raw: bytes) -> bytes:
+    """``value`` as JSON with the string ``"@RAW@"`` replaced by the JSON text ``raw``."""
+    return orjson.dumps(value).replace(b'"@RAW@"', raw)
+
+
+@pytest.mark.parametrize("fmt", ["auto", *FORMATS])
+def test_a_type_that_is_not_a_string_is_refused_not_a_crash(tmp_path: Path, fmt: str) -> None:
+    path = write(tmp_path / "t.jsonl", b'{"v":1,"type":[]}\n{"type":{}, "payload":{}}\n')
+    error_of(path, fmt)
+
+
+def test_claude_code_records_and_blocks_typed_with_lists_are_skipped(tmp_path: Path) -> None:
+    records = [
+        claude("user", "u1", "hello"),
+        {"type": [], "message": {"role": "user", "content": "junk"}},
+        claude("assistant", "a1", [{"type": {}}, {"type": "text", "text": "Hi."}], message_id="m1"),
+    ]
+    result = import_sessions(jsonl(tmp_path / "c.jsonl", records))
+    assert result.format == "claude-code"
+    assert [m.text for m in only(result).messages] == ["hello", "Hi."]
+    assert result.warnings == ("line 3: content block of type an object not replayed; skipped",)
+
+
+def test_codex_items_typed_with_lists_are_skipped(tmp_path: Path) -> None:
+    def item(payload: dict[str, object]) -> dict[str, object]:
+        return {"timestamp": "t", "type": "response_item", "payload": payload}
+
+    records = [
+        {"timestamp": "t", "type": "session_meta", "payload": {"id": "r1"}},
+        item({"type": "message", "role": "user", "content": "go"}),
+        item({"type": ["function_call"], "name": "shell", "call_id": "c1"}),
+        {"timestamp": "t", "type": ["response_item"], "payload": {"type": "message"}},
+        item({"type": "message", "role": ["assistant"], "content": "?"}),
+        item({"type": "message", "role": "assistant", "content": "done"}),
+    ]
+    result = import_sessions(jsonl(tmp_path / "rollout.jsonl", records), "codex")
+    assert [m.text for m in only(result).messages] == ["go", "done"]
+    assert result.warnings == ("line 5: message with unknown role an array; skipped",)
+
+
+def test_codex_token_counts_nested_a_thousand_deep_are_compared_safely(tmp_path: Path) -> None:
+    # Codex repeats a token count after each turn_context; telling a repeat
+    # must not compare two foreign objects as a whole (recursion per level).
+    answer = {
+        "timestamp": "t",
+        "type": "response_item",
+        "payload": {"type": "message", "role": "assistant", "content": "ok"},
+    }
+    count = {
+        "timestamp": "t",
+        "type": "event_msg",
+        "payload": {"type": "token_count", "info": {"junk": "@RAW@"}},
+    }
+    lines = [orjson.dumps(answer), with_raw(count, nested(1000)), with_raw(count, nested(1000))]
+    path = write(tmp_path / "rollout.jsonl", b"\n".join(lines) + b"\n")
+    assert [m.text for m in only(import_sessions(path)).messages] == ["ok"]
+
+
+def test_wrong_names_do_not_name_sessions(tmp_path: Path) -> None:
+    tau = [{"task_id": "@RAW@", "trial": {"n": 1}, "traj": [{"role": "user", "content": "x"}]}]
+    result = import_sessions(write(tmp_path / "t.json", with_raw(tau, nested(1000))))
+    assert [s.name for s in result.sessions] == ["session 0"]
+    events = [{"action": "message", "source": "user", "args": {"content": "x"}}]
+    line = orjson.dumps({"instance_id": ["a", "b"], "history": events})
+    result = import_sessions(write(tmp_path / "o.jsonl", line + b"\n"))
+    assert [s.name for s in result.sessions] == ["line 1"]
+
+
+def test_token_counts_past_any_context_are_dropped_so_the_session_stays_storable(
+    tmp_path: Path,
+) -> None:
+    huge = 2**64 - 1  # each fits 64 bits; their sum would not
+    answer = claude("assistant", "a1", "Hello.", message_id="m1")
+    answer["message"] = {
+        **cast(dict[str, object], answer["message"]),
+        "usage": {"input_tokens": huge, "cache_read_input_tokens": huge, "output_tokens": 5},
+    }
+    session = only(
+        import_sessions(jsonl(tmp_path / "c.jsonl", [claude("user", "u1", "hi"), answer]))
+    )
+    assert session.messages[1].meta.usage == Usage(
+        0, 5, 5, cache_read_input_tokens=0, cache_creation_input_tokens=0
+    )
+    orjson.dumps([message_to_dict(m) for m in session.messages])
+
+
+def test_tool_input_nested_300_deep_skips_its_line_naming_it(tmp_path: Path) -> None:
+    records = [
+        claude("user", "u1", "go"),
+        claude(
+            "assistant",
+            "a1",
+            [
+                {"type": "text", "text": "Calling."},
+                {"type": "tool_use", "id": "t1", "name": "Read", "input": "@RAW@"},
+            ],
+            message_id="m1",
+        ),
+        claude("user", "u2", [{"type": "tool_result", "tool_use_id": "t1", "content": "A"}]),
+        claude("assistant", "a2", "Done.", message_id="m2"),
+    ]
+    lines = [with_raw(r, nested(300)) for r in records]
+    result = import_sessions(write(tmp_path / "c.jsonl", b"\n".join(lines) + b"\n"))
+    session = only(result)
+    assert roles(session) == "UA"  # the whole line is skipped, not half of it
+    assert result.warnings == (
+        "line 2: tool_use t1: a value nested 300 levels deep (at most 254 are replayed); skipped",
+        "line 3: result for unknown call 't1'; dropped",
+    )
+    assert_sound(session)
+
+
+def test_openai_arguments_nested_300_deep_are_an_error_naming_the_key(tmp_path: Path) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "@RAW@"}}
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+    path = write(tmp_path / "o.json", with_raw(messages, nested(300)))
+    assert error_of(path) == (
+        "openai: [1].tool_calls[0].function.arguments: a value nested 300 levels deep "
+        "(at most 254 are replayed)"
+    )
+
+
+def test_tool_schemas_nested_300_deep_are_refused(tmp_path: Path) -> None:
+    document = {"messages": [{"role": "user", "content": "x"}], "tools": [{"schema": "@RAW@"}]}
+    path = write(tmp_path / "o.json", with_raw(document, nested(300)))
+    assert error_of(path) == (
+        "openai: tools[0]: cannot be written as JSON (nested 301 levels deep; at most 250 are "
+        "replayed)"
+    )
+    system_event = {"action": "system", "args": {"content": "sys", "tools": ["@RAW@", {"n": 1}]}}
+    events = [system_event, {"action": "message", "source": "user", "args": {"content": "x"}}]
+    line = with_raw({"instance_id": "i", "history": events}, b'{"deep": ' + nested(300) + b"}")
+    result = import_sessions(write(tmp_path / "o.jsonl", line + b"\n"))
+    assert only(result).tools == ({"n": 1},)
+    assert result.warnings == (
+        "line 1: history[0].args.tools[0]: cannot be written as JSON (nested 301 levels deep; "
+        "at most 250 are replayed); skipped",
+    )
+
+
+def test_lone_surrogates_are_read_as_replacement_characters(tmp_path: Path) -> None:
+    # Python's json.dumps writes a string holding undecodable bytes (a tool's
+    # raw output) with "\\udcff" escapes, which orjson refuses to read.
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": {"\ud800": "\udc80", "n": 2**70}},
+    }
+    history = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "bad \udcff byte"},
+        {"role": "assistant", "content": "run", "tool_calls": [call]},
+        {"role": "tool", "content": "\ud83d", "tool_call_ids": ["c1"]},
+    ]
+    text = json.dumps({"history": history})
+    assert "\\ud800" in text
+    session = only(import_sessions(write(tmp_path / "s.traj", text)))
+    assert [m.text for m in session.messages] == ["bad \ufffd byte", "run", "\ufffd"]
+    # the integer beyond 64 bits is kept exactly, as the standard library reads it
+    assert session.messages[1].tool_calls[0].arguments == f'{{"\ufffd":"\ufffd","n":{2**70}}}'
+    orjson.dumps([message_to_dict(m) for m in session.messages])
+
+
+def test_a_lone_surrogate_does_not_cost_a_json_line(tmp_path: Path) -> None:
+    lines = [
+        orjson.dumps(claude("user", "u1", "@RAW@")).replace(b'"@RAW@"', b'"caf\\udce9"'),
+        orjson.dumps(claude("assistant", "a1", "ok", message_id="m1")),
+    ]
+    result = import_sessions(write(tmp_path / "c.jsonl", b"\n".join(lines) + b"\n"))
+    assert [m.text for m in only(result).messages] == ["caf\ufffd", "ok"]
+    assert result.warnings == ()
+
+
+def test_foreign_values_in_warnings_and_names_are_one_short_line(tmp_path: Path) -> None:
+    events = [
+        {"action": "message", "source": "user", "args": {"content": "x"}},
+        {"observation": "run", "tool_call_metadata": {"tool_call_id": "c\n" + "9" * 500}},
+    ]
+    line = orjson.dumps({"instance_id": "a\nb", "history": events})
+    result = import_sessions(write(tmp_path / "o.jsonl", line + b"\n"))
+    assert [s.name for s in result.sessions] == ["a b"]
+    (warning,) = result.warnings
+    assert "\n" not in warning and len(warning) < 200
+    assert warning.startswith("line 1: history[1]: result for unknown call 'c 999")
+
+
+def test_system_and_conversation_share_one_id_space(tmp_path: Path) -> None:
+    messages = [
+        {"role": "system", "content": "a", "id": "m1"},
+        {"role": "user", "content": "b", "id": "m1"},
+    ]
+    result = import_sessions(write(tmp_path / "o.json", orjson.dumps(messages)))
+    session = only(result)
+    assert [m.id for m in (*session.system, *session.messages)] == ["m1", "m1~2"]
+    assert result.warnings == ("message id m1 repeated; the later one is now m1~2",)

@@ -425,7 +425,7 @@ def _json_output(text: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # a hook's stdout nested ~1,000 deep
         return None
     if not isinstance(value, dict) or not any(k in value for k in _JSON_OUTPUT_KEYS):
         return None

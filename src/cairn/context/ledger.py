@@ -744,7 +744,7 @@ def todo_items(arguments: str) -> list[tuple[str, str]] | None:
     """
     try:
         data = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # a recording's arguments nested ~1,000 deep
         return None
     raw = data.get("todos") if isinstance(data, dict) else data
     if not isinstance(raw, list):

@@ -42,6 +42,15 @@ naming it, and only a file in which nothing can be read is an error.
 ``session=N`` picks the N-th (0-based) session; single-session formats accept
 only 0; a number out of range is an error.
 
+No content makes an importer fail otherwise: a value of the wrong type (a
+list for a string, an object for a list, null, a huge integer, a value nested
+1,000 deep) is a wrong shape, reported as above (a skipped line or record in
+JSON Lines formats). Lone surrogates (``"\\ud800"`` escapes, which orjson
+refuses and Python's ``json`` writes) are read, each becoming U+FFFD. A tool
+call's arguments or a tool schema nested deeper than 254 levels (what JSON
+writers accept) is a wrong shape too. Warnings and errors are one line each;
+foreign values in them are cut short.
+
 Detection (``format="auto"``) reads the content, not the name:
 
 1. The first non-blank byte is ``[``: the whole file is one JSON array; its
@@ -85,7 +94,7 @@ from cairn.replay.importers import (
     swe_agent,
     tau_bench,
 )
-from cairn.replay.importers._common import PLACEHOLDER_RESULT, Loaded, Source
+from cairn.replay.importers._common import PLACEHOLDER_RESULT, Loaded, Source, load_json
 from cairn.replay.session import ImportResult, SessionImportError
 
 Importer = Callable[[Source, int | None], Loaded]
@@ -173,7 +182,7 @@ def _from_lines(source: Source) -> tuple[str | None, str]:
     problem = "its first lines match no known format"
     for index, (_, line) in enumerate(itertools.islice(source.lines(), _DETECT_LINES)):
         try:
-            value = orjson.loads(line)
+            value = load_json(line)
         except orjson.JSONDecodeError:
             if index > 0:
                 continue
@@ -211,6 +220,8 @@ def _from_value(value: object) -> str | None:
     if not isinstance(value, dict):
         return None
     kind = value.get("type")
+    if not isinstance(kind, str):  # a list or an object here is no format's, and unhashable
+        kind = None
     if value.get("v") == 1 and kind in _CAIRN_TYPES:
         return cairn_transcript.FORMAT
     if isinstance(value.get("payload"), dict) and kind in _CODEX_TYPES:

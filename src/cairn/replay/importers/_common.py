@@ -6,11 +6,21 @@ in recorded order, naming where each message came from (``line 7``,
 tool call is followed by all of its results, a call nobody answered gets a
 placeholder result, a result nobody asked for is dropped, and every message
 id is unique. Each repair is one warning that names the place.
+
+Values of a foreign file are checked at the edge: whatever shape a file
+holds (a list where an object belongs, a number for a string, null, a huge
+integer, a value nested a thousand deep), an importer either reads it or
+reports it as ``RecordError`` / ``SessionImportError`` naming the line or
+key — never another exception. So a foreign value is not hashed, indexed,
+printed or compared as a whole before its type is checked (``opt_str``,
+``describe``), and what is kept (tool arguments, tool schemas, names) is
+checked to be writable as JSON again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +42,7 @@ from cairn.messages import (
     ToolCall,
     Usage,
     find_orphans,
+    scrub,
 )
 from cairn.replay.session import RecordedSession, SessionImportError
 
@@ -39,6 +50,13 @@ from cairn.replay.session import RecordedSession, SessionImportError
 PLACEHOLDER_RESULT = "[no result was recorded for this call]"
 
 _BOM = b"\xef\xbb\xbf"
+
+#: The deepest nesting ``dump_json`` writes: what orjson can write back (the
+#: transcript, the request body), so every argument text stays re-encodable.
+MAX_DEPTH = 254
+#: Token counts above this are not counts (no context is a trillion tokens);
+#: sums of a few stay far inside the 64 bits JSON writers accept.
+MAX_COUNT = 2**40
 
 
 class RecordError(ValueError):
@@ -96,7 +114,7 @@ class Source:
         """The whole file as one JSON value, or ``SessionImportError`` naming the line."""
         if self._document is _UNPARSED and self._document_error is None:
             try:
-                self._document = orjson.loads(self.data)
+                self._document = load_json(self.data)
             except orjson.JSONDecodeError as exc:
                 self._document_error = exc
         error = self._document_error
@@ -126,7 +144,7 @@ class Source:
         entries: list[tuple[int, object]] = []
         for number, line in self.lines():
             try:
-                entries.append((number, orjson.loads(line)))
+                entries.append((number, load_json(line)))
             except orjson.JSONDecodeError as exc:
                 entries.append((number, BadLine(exc.msg)))
         if entries and isinstance(entries[0][1], BadLine) and self.head in (b"{", b"["):
@@ -168,6 +186,53 @@ def first_bad(fmt: str, entries: list[tuple[int, object]]) -> NoReturn:
 _UNPARSED = object()
 
 
+def load_json(data: bytes) -> object:
+    """One JSON value; ``orjson.JSONDecodeError`` (orjson's message) if it is not one.
+
+    orjson refuses lone surrogates (``"\\ud800"`` escapes, which Python's own
+    ``json.dumps`` writes for undecodable bytes); such text is read with the
+    standard library instead and every lone surrogate, in keys and strings,
+    becomes U+FFFD, so no string past this point is unencodable.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in exc.msg:
+            raise
+        try:
+            value = json.loads(data, parse_constant=_no_constant)
+        except (ValueError, RecursionError):  # not JSON either, or nested past the stack
+            raise exc from None
+        return scrub_value(value)
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def scrub_value(value: object) -> object:
+    """``value`` with every string and key scrubbed in place (iteratively: it may nest deep)."""
+    if isinstance(value, str):
+        return scrub(value)
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                if isinstance(item, str):
+                    node[index] = scrub(item)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+        elif isinstance(node, dict):
+            items = list(node.items())
+            node.clear()
+            for key, item in items:
+                node[scrub(key)] = scrub(item) if isinstance(item, str) else item
+                if isinstance(item, list | dict):
+                    stack.append(item)
+    return value
+
+
 # ---------------------------------------------------------------------------
 # Small typed accessors
 
@@ -198,6 +263,31 @@ def opt_dict(data: Mapping[str, object], key: str) -> Mapping[str, object]:
     return cast(Mapping[str, object], value) if isinstance(value, dict) else {}
 
 
+def describe(value: object) -> str:
+    """A foreign value for a message: a scalar's short repr, else what kind it is."""
+    if isinstance(value, str):
+        return repr(short(value, 60))
+    if value is None or isinstance(value, bool | int | float):
+        return short(repr(value), 60)
+    return kind_of(value)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def short(text: str, limit: int = 80) -> str:
+    """``text`` on one line and at most ``limit`` characters, for a warning or a name."""
+    text = _CONTROL.sub(" ", text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def label_of(value: object) -> str | None:
+    """A recorded id or number as a name (``task_id``, ``instance_id``); others name nothing."""
+    if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return str(value)
+    return None
+
+
 def kind_of(value: object) -> str:
     match value:
         case None:
@@ -216,9 +306,58 @@ def kind_of(value: object) -> str:
             return type(value).__name__
 
 
-def dump_json(value: object) -> str:
-    """Compact JSON text, as a model writes tool arguments."""
-    return orjson.dumps(value).decode()
+def dump_json(value: object, where: str) -> str:
+    """Compact JSON text, as a model writes tool arguments.
+
+    What orjson cannot write — an integer beyond 64 bits, a lone surrogate —
+    is written by the standard library (lone surrogates become U+FFFD). A
+    value nested deeper than ``MAX_DEPTH`` (orjson reads 1,024 levels but
+    writes 254) is refused: ``RecordError`` naming ``where``, so the record
+    holding it is skipped or the file refused, as for any wrong shape.
+    """
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        pass
+    depth = json_depth(value)
+    if depth > MAX_DEPTH:
+        raise RecordError(
+            f"{where}: a value nested {depth} levels deep (at most {MAX_DEPTH} are replayed)"
+        )
+    return scrub(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def json_depth(value: object) -> int:
+    """How many arrays and objects deep ``value`` nests (counted without recursion)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((item, depth + 1) for item in node.values())
+        elif isinstance(node, list):
+            stack.extend((item, depth + 1) for item in node)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
+
+
+#: Levels a tool schema leaves for what holds it (the request body, its tools list).
+TOOL_ROOM = 4
+
+
+def json_problem(value: object, room: int = 0) -> str | None:
+    """Why ``value`` cannot be written back as JSON ``room`` levels down (``None`` if it can)."""
+    limit = MAX_DEPTH - room
+    depth = json_depth(value)
+    if depth > limit:
+        return f"nested {depth} levels deep; at most {limit} are replayed"
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        return str(exc)
+    return None
 
 
 def pick_sessions(fmt: str, total: int, session: int | None) -> range:
@@ -267,7 +406,8 @@ def content_parts(raw: object, where: str, warn: Warn) -> list[ContentPart]:
             raise RecordError(f"{where}.content[{index}]: expected an object")
         part = content_part(block)
         if part is None:
-            warn(f"{where}: content block of type {block.get('type')!r} not replayed; skipped")
+            kind = describe(block.get("type"))
+            warn(f"{where}: content block of type {kind} not replayed; skipped")
         else:
             parts.append(part)
     return parts
@@ -401,7 +541,7 @@ def chat_message(raw: object, where: str, ids: IdMaker, warn: Warn) -> Message:
         raise RecordError(f"{where}: key 'role' missing")
     role = _ROLE_ALIASES.get(role_raw) if isinstance(role_raw, str) else None
     if role is None:
-        raise RecordError(f"{where}: unknown role {role_raw!r}")
+        raise RecordError(f"{where}: unknown role {describe(role_raw)}")
     calls: tuple[ToolCall, ...] = ()
     if role == "assistant":
         calls_raw = data.get("tool_calls") or []
@@ -433,11 +573,11 @@ def chat_tool_call(raw: object, where: str, ids: IdMaker, warn: Warn) -> ToolCal
         raise RecordError(f"{where}: key 'function.name' missing")
     arguments = function.get("arguments", "{}")
     if not isinstance(arguments, str):
-        arguments = dump_json(arguments)
+        arguments = dump_json(arguments, f"{where}.function.arguments")
     call_id = data.get("id")
     if not isinstance(call_id, str) or not call_id:
         call_id = ids.next("call")
-        warn(f"{where}: tool call {name!r} has no id; gave it {call_id}")
+        warn(f"{where}: tool call {describe(name)} has no id; gave it {call_id}")
     return ToolCall(call_id, name, arguments)
 
 
@@ -455,8 +595,8 @@ def openai_usage(raw: object) -> Usage | None:
 
 
 def count(value: object) -> int:
-    """A positive token count, or 0 for anything else."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    """A positive token count (at most ``MAX_COUNT``), or 0 for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_COUNT:
         return value
     return 0
 
@@ -520,7 +660,8 @@ class SessionBuilder:
         self._entries: list[tuple[Message | Draft, str]] = []
 
     def warn(self, text: str) -> None:
-        self.warnings.append(f"{self._label}: {text}" if self._label else text)
+        label = f"{short(self._label)}: " if self._label else ""
+        self.warnings.append(short(f"{label}{text}", 1000))
 
     def add(self, message: Message, where: str) -> None:
         if message.role == "system":
@@ -537,14 +678,17 @@ class SessionBuilder:
         return bool(self._entries)
 
     def build(self) -> RecordedSession:
-        messages = _unique_ids(self._pair(), self.warn)
+        # One id space for both: the replay stores system and other messages alike.
+        taken: set[str] = set()
+        system = _unique_ids(self.system, self.warn, taken)
+        messages = _unique_ids(self._pair(), self.warn, taken)
         orphans = find_orphans(messages)
         if orphans:  # pragma: no cover - _pair makes this impossible
             raise SessionImportError(f"{self.name}: tool calls left unpaired: {orphans}")
         return RecordedSession(
-            name=self.name,
+            name=short(self.name, 200),
             messages=tuple(messages),
-            system=tuple(_unique_ids(self.system, self.warn)),
+            system=tuple(system),
             tools=tuple(self.tools),
         )
 
@@ -568,15 +712,17 @@ class SessionBuilder:
                     )
                 )
                 self.warn(
-                    f"{round_where}: call {call_id} ({call.name}) has no recorded result; "
-                    "added a placeholder result"
+                    f"{round_where}: call {short(call_id)} ({short(call.name)}) has no recorded "
+                    "result; added a placeholder result"
                 )
             pending.clear()
 
         for entry, where in self._entries:
             message = entry.message() if isinstance(entry, Draft) else entry
             if message.role == "assistant" and not message.tool_calls and message.content is None:
-                self.warn(f"{where}: assistant message {message.id} has no text and no tool call")
+                self.warn(
+                    f"{where}: assistant message {short(message.id)} has no text and no tool call"
+                )
                 continue
             if message.role == "tool":
                 call_id = message.tool_call_id
@@ -588,14 +734,14 @@ class SessionBuilder:
                         message = replace(message, content="")
                     out.append(message)
                 elif call_id in this_round:
-                    self.warn(f"{where}: a second result for call {call_id}; dropped")
+                    self.warn(f"{where}: a second result for call {short(call_id)}; dropped")
                 elif call_id in earlier:
                     self.warn(
-                        f"{where}: result for call {call_id} arrives after the conversation "
-                        "moved on; dropped"
+                        f"{where}: result for call {short(call_id)} arrives after the "
+                        "conversation moved on; dropped"
                     )
                 else:
-                    self.warn(f"{where}: result for unknown call {call_id!r}; dropped")
+                    self.warn(f"{where}: result for unknown call {describe(call_id)}; dropped")
                 continue
             close_round()
             earlier |= this_round
@@ -616,7 +762,10 @@ class SessionBuilder:
         for call in message.tool_calls:
             if call.id in seen:
                 new = f"{call.id}~{len(calls) + 1}"
-                self.warn(f"{where}: tool call id {call.id} repeated in one message; renamed {new}")
+                self.warn(
+                    f"{where}: tool call id {short(call.id)} repeated in one message; "
+                    f"renamed {short(new)}"
+                )
                 call = replace(call, id=new)
                 changed = True
             seen.add(call.id)
@@ -624,8 +773,8 @@ class SessionBuilder:
         return replace(message, tool_calls=tuple(calls)) if changed else message
 
 
-def _unique_ids(messages: list[Message], warn: Warn) -> list[Message]:
-    seen: set[str] = set()
+def _unique_ids(messages: list[Message], warn: Warn, seen: set[str]) -> list[Message]:
+    """``messages`` with each id not in ``seen`` (renamed ``<id>~2`` …); ``seen`` grows."""
     out: list[Message] = []
     for message in messages:
         if message.id in seen:
@@ -633,7 +782,7 @@ def _unique_ids(messages: list[Message], warn: Warn) -> list[Message]:
             while f"{message.id}~{n}" in seen:
                 n += 1
             new = f"{message.id}~{n}"
-            warn(f"message id {message.id} repeated; the later one is now {new}")
+            warn(f"message id {short(message.id)} repeated; the later one is now {short(new)}")
             message = replace(message, id=new)
         seen.add(message.id)
         out.append(message)

@@ -23,6 +23,7 @@ from cairn.replay.importers._common import (
     SessionBuilder,
     Source,
     pick_sessions,
+    short,
 )
 from cairn.replay.session import SessionImportError
 from cairn.store.jsonl import parse_transcript
@@ -34,8 +35,10 @@ FORMAT = "cairn"
 def load(source: Source, session: int | None) -> Loaded:
     pick_sessions(FORMAT, 1, session)
     transcript, _ = parse_transcript(source.path, source.data)
+    # The store's warnings quote what it found; cut them to one short line.
+    warnings = tuple(short(w, 1000) for w in transcript.warnings)
     if not transcript.records:
-        reason = transcript.warnings[0] if transcript.warnings else "no record"
+        reason = warnings[0] if warnings else "no record"
         raise SessionImportError(f"{FORMAT}: {reason.removesuffix('; skipped')}")
     builder = SessionBuilder(transcript.session_id or source.path.stem, IdMaker(source.digest, 0))
     for record in transcript.records:
@@ -45,4 +48,4 @@ def load(source: Source, session: int | None) -> Loaded:
         if message.meta.hidden or (message.meta.synthetic and message.role != "tool"):
             continue
         builder.add(message, f"message {message.id}")
-    return Loaded((builder.build(),), (*transcript.warnings, *builder.warnings))
+    return Loaded((builder.build(),), (*warnings, *builder.warnings))

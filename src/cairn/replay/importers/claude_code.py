@@ -52,12 +52,14 @@ from cairn.replay.importers._common import (
     content_part,
     content_parts,
     count,
+    describe,
     dump_json,
     injected_runs,
     kind_of,
     make_content,
     opt_str,
     pick_sessions,
+    short,
 )
 from cairn.replay.session import SessionImportError
 
@@ -91,7 +93,9 @@ def load(source: Source, session: int | None) -> Loaded:
     # A sub-agent's own file (``agent-<id>.jsonl``) holds only sidechain records:
     # then they are the conversation.
     sidechain_file = not any(
-        isinstance(r, dict) and r.get("type") in _CONVERSATION and r.get("isSidechain") is not True
+        isinstance(r, dict)
+        and opt_str(r, "type") in _CONVERSATION
+        and r.get("isSidechain") is not True
         for _, r in records
     )
     drafts: dict[str, Draft] = {}
@@ -102,7 +106,7 @@ def load(source: Source, session: int | None) -> Loaded:
             builder.warn(f"{where}: expected a JSON object, found {kind_of(raw)}; skipped")
             continue
         record = cast(Mapping[str, object], raw)
-        kind = record.get("type")
+        kind = opt_str(record, "type")
         if kind not in _CONVERSATION:
             continue
         session_id = opt_str(record, "sessionId")
@@ -128,7 +132,7 @@ def load(source: Source, session: int | None) -> Loaded:
             builder.warn(f"{exc}; skipped")
     if conversation == 0:
         first = records[0][1]
-        seen = f"type {first.get('type')!r}" if isinstance(first, dict) else kind_of(first)
+        seen = f"type {describe(first.get('type'))}" if isinstance(first, dict) else kind_of(first)
         raise SessionImportError(
             f"{FORMAT}: no user or assistant record with a 'message' "
             f"(line {records[0][0]} has {seen})"
@@ -147,34 +151,43 @@ def _assistant(
         return
     message_id = opt_str(message, "id") or opt_str(record, "uuid") or builder.ids.next("msg")
     draft = drafts.get(message_id)
-    if draft is None:
-        draft = drafts[message_id] = builder.add_draft(Draft(message_id), where)
+    known = {call.id for call in draft.calls} if draft is not None else set()
+    read = Draft(message_id)  # this record's share: merged only once all of it reads
     content = message.get("content")
     if isinstance(content, str):
-        draft.add_text(content)
+        read.add_text(content)
         content = []
     if not isinstance(content, list):
         raise RecordError(f"{where}: message.content must be a string or a list")
     for block in content:
         if not isinstance(block, dict):
             raise RecordError(f"{where}: each content block must be an object")
-        kind = block.get("type")
+        kind = opt_str(block, "type")
         if kind == "tool_use":
             call_id, name = block.get("id"), block.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise RecordError(f"{where}: tool_use block needs string 'id' and 'name'")
-            if any(call.id == call_id for call in draft.calls):
-                builder.warn(f"{where}: tool_use {call_id} written twice; kept once")
+            if call_id in known:
+                builder.warn(f"{where}: tool_use {short(call_id)} written twice; kept once")
                 continue
-            draft.calls.append(ToolCall(call_id, name, dump_json(block.get("input", {}))))
+            known.add(call_id)
+            arguments = dump_json(block.get("input", {}), f"{where}: tool_use {short(call_id)}")
+            read.calls.append(ToolCall(call_id, name, arguments))
         elif kind in _DROPPED_BLOCKS:
             continue
         else:
             part = content_part(block)
             if part is None:
-                builder.warn(f"{where}: content block of type {kind!r} not replayed; skipped")
+                builder.warn(
+                    f"{where}: content block of type {describe(block.get('type'))} not replayed; "
+                    "skipped"
+                )
             else:
-                draft.parts.append(part)
+                read.parts.append(part)
+    if draft is None:
+        draft = drafts[message_id] = builder.add_draft(Draft(message_id), where)
+    draft.parts.extend(read.parts)
+    draft.calls.extend(read.calls)
     usage = _usage(message.get("usage"))
     if usage is not None:
         draft.usage = usage
@@ -201,30 +214,33 @@ def _user(
     if not isinstance(blocks, list):
         raise RecordError(f"{where}: message.content must be a string or a list")
     parts: list[ContentPart] = []
+    answers: list[Message] = []  # added only once the whole record reads
     for block in blocks:
         if not isinstance(block, dict):
             raise RecordError(f"{where}: each content block must be an object")
         if block.get("type") == "tool_result":
             call_id = block.get("tool_use_id")
             result = make_content(content_parts(block.get("content"), where, builder.warn))
-            builder.add(
+            answers.append(
                 Message(
                     role="tool",
                     content=result if result is not None else "",
                     id=next_id(),
                     tool_call_id=call_id if isinstance(call_id, str) else None,
                     meta=MessageMeta(tool_error=block.get("is_error") is True),
-                ),
-                where,
+                )
             )
         else:
             part = content_part(block)
             if part is None:
                 builder.warn(
-                    f"{where}: content block of type {block.get('type')!r} not replayed; skipped"
+                    f"{where}: content block of type {describe(block.get('type'))} not replayed; "
+                    "skipped"
                 )
             elif not (isinstance(part, TextPart) and not part.text):
                 parts.append(part)
+    for answer in answers:
+        builder.add(answer, where)
     written_by_host = record.get("isMeta") is True
     for run, injected in injected_runs(parts, INJECTED):
         synthetic = injected or written_by_host

@@ -55,6 +55,7 @@ from cairn.replay.importers._common import (
     Source,
     content_parts,
     count,
+    describe,
     dump_json,
     injected_runs,
     kind_of,
@@ -91,7 +92,7 @@ def load(source: Source, session: int | None) -> Loaded:
         else:
             warnings.append(f"line {number}: expected a JSON object, found {kind_of(raw)}; skipped")
     if not any(r.get("type") == "response_item" for _, r in records):
-        first = f"type {records[0][1].get('type')!r}" if records else "no JSON object"
+        first = f"type {describe(records[0][1].get('type'))}" if records else "no JSON object"
         line = records[0][0] if records else 1
         raise SessionImportError(f"{FORMAT}: no response_item record (line {line} has {first})")
     reader = _Reader(SessionBuilder(source.path.stem, IdMaker(source.digest, 0)), records)
@@ -122,14 +123,14 @@ class _Reader:
         )
         self.current: Draft | None = None  # the response being written
         self.last: Draft | None = None  # the latest response, for its token count
-        self.last_info: object = None
+        self.last_info: tuple[int, ...] | None = None
         self.started = False  # a user or assistant message has been seen
         self.has_meta = False
         self.unknown: dict[str, list[int]] = {}
 
     def read(self, number: int, record: Mapping[str, object]) -> None:
         where = f"line {number}"
-        kind = record.get("type")
+        kind = opt_str(record, "type")
         payload = opt_dict(record, "payload")
         if kind == "session_meta":
             self._session_meta(payload, where)
@@ -154,7 +155,7 @@ class _Reader:
             )
 
     def _item(self, payload: Mapping[str, object], where: str, number: int) -> None:
-        kind = payload.get("type")
+        kind = opt_str(payload, "type")
         if kind == "message":
             self._message(payload, where)
         elif kind in _CALLS:
@@ -164,7 +165,7 @@ class _Reader:
             self._output(payload, where)
         elif kind == "reasoning":
             self.current = None
-        elif isinstance(kind, str) and kind not in _COMPACTION:
+        elif kind is not None and kind not in _COMPACTION:
             self.unknown.setdefault(kind, []).append(number)
 
     def _response(self, payload: Mapping[str, object], where: str) -> Draft:
@@ -196,7 +197,7 @@ class _Reader:
         elif role == "system":
             self.builder.add(Message(role="system", content=content, id=message_id), where)
         else:
-            raise RecordError(f"{where}: message with unknown role {role!r}")
+            raise RecordError(f"{where}: message with unknown role {describe(role)}")
 
     def _user(self, parts: list[ContentPart], message_id: str, where: str) -> None:
         """One user item: injected runs are synthetic, and so is text no event says was typed."""
@@ -210,7 +211,7 @@ class _Reader:
             )
 
     def _call(self, payload: Mapping[str, object], where: str) -> None:
-        kind = payload.get("type")
+        kind = opt_str(payload, "type")
         call_id = opt_str(payload, "call_id") or opt_str(payload, "id")
         name = opt_str(payload, "name") or ("local_shell" if kind == "local_shell_call" else None)
         if call_id is None or name is None:
@@ -218,11 +219,11 @@ class _Reader:
         if kind == "function_call":
             arguments = payload.get("arguments", "{}")
             if not isinstance(arguments, str):
-                arguments = dump_json(arguments)
+                arguments = dump_json(arguments, f"{where}: key 'arguments'")
         elif kind == "custom_tool_call":
-            arguments = dump_json({"input": payload.get("input", "")})
+            arguments = dump_json({"input": payload.get("input", "")}, f"{where}: key 'input'")
         else:
-            arguments = dump_json(payload.get("action", {}))
+            arguments = dump_json(payload.get("action", {}), f"{where}: key 'action'")
         self._response(payload, where).calls.append(ToolCall(call_id, name, arguments))
 
     def _output(self, payload: Mapping[str, object], where: str) -> None:
@@ -243,9 +244,14 @@ class _Reader:
 
     def _token_count(self, payload: Mapping[str, object]) -> None:
         info = payload.get("info")
-        if not isinstance(info, dict) or info == self.last_info:
+        if not isinstance(info, dict):
             return
-        self.last_info = info
+        # The counts, not the whole object: ``==`` on a foreign value recurses
+        # as deep as it nests, and the counts are what a repeat repeats.
+        figures = _figures(cast(Mapping[str, object], info))
+        if figures == self.last_info:
+            return
+        self.last_info = figures
         last = opt_dict(cast(Mapping[str, object], info), "last_token_usage")
         if self.last is None or self.last.usage is not None or not last:
             return
@@ -262,7 +268,18 @@ class _Reader:
         for kind, numbers in self.unknown.items():
             lines = ", ".join(str(n) for n in numbers[:5]) + (", …" if len(numbers) > 5 else "")
             where = "line" if len(numbers) == 1 else "lines"
-            self.builder.warn(f"{where} {lines}: response_item type {kind!r} not replayed; skipped")
+            self.builder.warn(
+                f"{where} {lines}: response_item type {describe(kind)} not replayed; skipped"
+            )
+
+
+_COUNTS = ("input_tokens", "cached_input_tokens", "output_tokens", "total_tokens")
+
+
+def _figures(info: Mapping[str, object]) -> tuple[int, ...]:
+    """The token counts of a ``token_count`` event's ``info``, to tell a repeat."""
+    usages = (opt_dict(info, "total_token_usage"), opt_dict(info, "last_token_usage"))
+    return tuple(count(usage.get(key)) for usage in usages for key in _COUNTS)
 
 
 def _text(parts: list[ContentPart]) -> str:

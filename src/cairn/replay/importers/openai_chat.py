@@ -11,6 +11,7 @@ from typing import cast
 
 from cairn.messages import JSONObject
 from cairn.replay.importers._common import (
+    TOOL_ROOM,
     IdMaker,
     Loaded,
     RecordError,
@@ -18,6 +19,7 @@ from cairn.replay.importers._common import (
     Source,
     chat_message,
     expect_list,
+    json_problem,
     kind_of,
     pick_sessions,
 )
@@ -48,6 +50,9 @@ def load(source: Source, session: int | None) -> Loaded:
         for index, tool in enumerate(tools):
             if not isinstance(tool, dict):
                 raise RecordError(f"tools[{index}]: expected an object, found {kind_of(tool)}")
+            problem = json_problem(tool, TOOL_ROOM)
+            if problem is not None:
+                raise RecordError(f"tools[{index}]: cannot be written as JSON ({problem})")
             builder.tools.append(cast(JSONObject, tool))
     except RecordError as exc:
         raise SessionImportError(f"{FORMAT}: {exc}") from None

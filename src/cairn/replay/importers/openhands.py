@@ -43,6 +43,7 @@ from cairn.messages import (
     ToolCall,
 )
 from cairn.replay.importers._common import (
+    TOOL_ROOM,
     BadLine,
     Draft,
     IdMaker,
@@ -56,7 +57,9 @@ from cairn.replay.importers._common import (
     dump_json,
     expect_dict,
     first_bad,
+    json_problem,
     kind_of,
+    label_of,
     make_content,
     openai_usage,
     opt_dict,
@@ -115,8 +118,7 @@ def _history(record: object, where: str) -> tuple[list[object], str]:
         raise RecordError(f"{where}: key 'history' missing")
     if not isinstance(history, list):
         raise RecordError(f"{where}: key 'history' must be a list, found {kind_of(history)}")
-    name = data.get("instance_id")
-    return history, str(name) if name is not None else where
+    return history, label_of(data.get("instance_id")) or where
 
 
 def _read_events(history: list[object], at: str, builder: SessionBuilder) -> None:
@@ -154,7 +156,7 @@ def _action(
         builder.add(Message(role="system", content=text, id=_event_id(event, builder)), where)
         tools = args.get("tools")
         if isinstance(tools, list) and not builder.tools:
-            builder.tools.extend(cast(JSONObject, t) for t in tools if isinstance(t, dict))
+            builder.tools.extend(_tools(tools, f"{where}.args.tools", builder))
     elif isinstance(metadata, dict):
         _tool_action(event, cast(Mapping[str, object], metadata), where, builder, responses)
     elif kind == "message":
@@ -213,8 +215,22 @@ def _tool_action(
     draft = Draft(response_id or _event_id(event, builder))
     draft.add_text(opt_str(args, "thought") or "")
     arguments = {k: v for k, v in args.items() if k not in _NOT_ARGUMENTS}
-    draft.calls.append(ToolCall(call_id, name, dump_json(arguments)))
+    draft.calls.append(ToolCall(call_id, name, dump_json(arguments, f"{where}.args")))
     builder.add_draft(draft, where)
+
+
+def _tools(raw: list[object], where: str, builder: SessionBuilder) -> list[JSONObject]:
+    """The tool schemas a JSON writer can write back (the replay counts and sends them)."""
+    tools: list[JSONObject] = []
+    for index, tool in enumerate(raw):
+        if not isinstance(tool, dict):
+            continue
+        problem = json_problem(tool, TOOL_ROOM)
+        if problem is not None:
+            builder.warn(f"{where}[{index}]: cannot be written as JSON ({problem}); skipped")
+        else:
+            tools.append(cast(JSONObject, tool))
+    return tools
 
 
 def _observation(event: Mapping[str, object], where: str, builder: SessionBuilder) -> None:

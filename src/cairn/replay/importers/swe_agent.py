@@ -36,6 +36,7 @@ from cairn.replay.importers._common import (
     Source,
     chat_message,
     content_parts,
+    describe,
     dump_json,
     expect_dict,
     expect_list,
@@ -86,7 +87,7 @@ def _read_history(history: list[object], builder: SessionBuilder) -> None:
             call = ToolCall(
                 builder.ids.next("call"),
                 name if name in commands else "bash",
-                dump_json({"command": action}),
+                dump_json({"command": action}, where),
             )
             thought = entry.get("thought")
             text = thought if isinstance(thought, str) else _text(entry, where, builder)
@@ -127,7 +128,8 @@ def _read_history(history: list[object], builder: SessionBuilder) -> None:
         builder.add(message, where)
     for agent, n in others.items():
         builder.warn(
-            f"history: {n} message(s) of agent {agent!r} skipped (main agent {main_agent!r})"
+            f"history: {n} message(s) of agent {describe(agent)} skipped "
+            f"(main agent {describe(main_agent)})"
         )
 
 

@@ -19,6 +19,7 @@ from cairn.replay.importers._common import (
     expect_dict,
     expect_list,
     kind_of,
+    label_of,
     pick_sessions,
 )
 from cairn.replay.session import RecordedSession, SessionImportError
@@ -50,7 +51,7 @@ def load(source: Source, session: int | None) -> Loaded:
 
 
 def _name(result: Mapping[str, object], index: int) -> str:
-    task, trial = result.get("task_id"), result.get("trial")
+    task, trial = label_of(result.get("task_id")), label_of(result.get("trial"))
     if task is None:
         return f"session {index}"
     return f"task {task} trial {trial}" if trial is not None else f"task {task}"
