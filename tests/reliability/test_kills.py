@@ -45,6 +45,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
 )
 
 CHILD = Path(__file__).with_name("kill_child.py")
+KILLS_PER_SESSION = 10
 SUMMARY = "<summary>\n## Objective and constraints\nKeep going.\n</summary>"
 
 
@@ -100,13 +101,17 @@ def test_sigkill_at_any_moment_through_the_library(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     strict_provider(openai_server, lambda body: Reply(text="ok"))
-    home, session_id = tmp_path / "home", "killed"
-    path = session_path(home / "ws", session_id, home)
+    home = tmp_path / "home"
     rng = random.Random(2026)
     kills = count(10, 800)
     figures = {"kills": 0, "acknowledged": 0, "lost": 0, "unloadable": 0, "rejected": 0}
     model = ModelConfig(model="m", base_url=openai_server.base_url, context_window=8_192)
     for n in range(kills):
+        # Each session is killed and resumed KILLS_PER_SESSION times, then a new one
+        # starts: repeated resumes are exercised, and files stay small enough to
+        # check after every kill.
+        session_id = f"killed-{n // KILLS_PER_SESSION}"
+        path = session_path(home / "ws", session_id, home)
         child = subprocess.Popen(
             [sys.executable, str(CHILD), str(home), session_id, str(n)],
             stdout=subprocess.PIPE,
