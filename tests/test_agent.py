@@ -351,7 +351,7 @@ def test_cairn_p_runs_a_task_to_the_end(
     )
     assert streamed.returncode == 0, streamed.stderr
     kinds = [json.loads(line)["type"] for line in streamed.stdout.splitlines()]
-    assert "MessageAdded" in kinds and kinds[-1] == "result"
+    assert "messageAdded" in kinds and kinds[-1] == "result"
 
     as_json = cairn_p("-p", "hi", "--output-format", "json", cwd=workspace, env=env)
     assert json.loads(as_json.stdout)["result"] == "Fixed it."

@@ -129,7 +129,7 @@ def test_a_session_past_the_line_compacts_with_the_real_model_and_streams_the_ta
     forks = [c for c in chats if is_fork(c)]
     assert forks, "no compaction fork reached the server"
     record = compactions[0]
-    notices = [e["text"] for e in events if e["type"] == "Notice"]
+    notices = [e["text"] for e in events if e["type"] == "notice"]
     print(f"compaction: {record.strategy}, {record.pre_tokens} -> {record.post_tokens}; {notices}")
     if record.strategy == "llm":
         # The record holds the real model's text, extracted and put under the headings.
@@ -139,13 +139,13 @@ def test_a_session_past_the_line_compacts_with_the_real_model_and_streams_the_ta
         # and the fallback took over.
         assert any("compaction failed" in n for n in notices), notices
     # The fork's streamed text reached the client as the accumulated compaction tail.
-    tails = [e["content"] for e in events if e["type"] == "CompactionContentUpdate"]
+    tails = [e["content"] for e in events if e["type"] == "compactionContentUpdate"]
     assert tails and all(b.startswith(a) for a, b in itertools.pairwise(tails))
     assert tails[-1] == streamed_text(forks[0]) or any(tails[-1] == streamed_text(f) for f in forks)
     # llama-cpp-python's server ignores stream_options.include_usage: no usage in any
     # stream. Cairn invents no latestTotalTokens and projects by its own estimate.
     assert all(c.usage() is None for c in chats)
-    assert not [e for e in events if e["type"] == "UsageUpdate"]
+    assert not [e for e in events if e["type"] == "usage"]
     # The request after the compaction went out and was answered to its end.
     after = chats[-1]
     assert not is_fork(after) and served_to_the_end(after)

@@ -59,6 +59,8 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     session = runtime.current
     if session.status == "streaming":
         return CommandOutcome("/compact ignored: a response is streaming; try again when it ends")
+    if session.status == "tools":
+        return CommandOutcome("/compact ignored: tools are running; try again when the turn ends")
     # A session opened but not yet started gets its SessionStart context first,
     # so the reminder precedes the compaction instead of following it.
     await session.start()

@@ -1,29 +1,59 @@
-"""The one event stream of a session, consumed by every surface.
+"""The one event stream of a session, and its one wire form, for every surface.
 
-Hidden control messages (the handoff reminder) are never published: clients
-render what they receive, and the model's private reminders are not theirs.
+Every event is a frozen dataclass with a stable wire name (``WIRE``); its
+fields go on the wire in camelCase (``is_compacting`` → ``isCompacting``),
+messages as the transcript writes them (``cairn.messages.message_to_dict``).
+``event_to_wire`` / ``event_from_wire`` are the one JSON codec: ``cairn -p
+--output-format stream-json`` prints it, and every surface sends it.
+
+Ordering rules a surface may rely on (README, *Events*):
+
+- ``compactionStateChange {isCompacting: true}`` is always followed by exactly
+  one ``{isCompacting: false}``, whatever happens in between (a failure, a
+  hook block, a session switch); ``compactionContentUpdate`` and
+  ``compactBlockAdded`` come only between the two.
+- ``messageUpdated`` events of one response carry the text accumulated so
+  far and come before that response's ``messageAdded``.
+- ``toolStarted`` for a call comes before its ``toolFinished``, and both
+  before the ``messageAdded`` of its result.
+- Hidden control messages (the handoff reminder) are never published:
+  clients render what they receive, and the model's private reminders are
+  not theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from dataclasses import dataclass, fields
+from typing import ClassVar, Literal, TypeAlias, get_args
 
-from cairn.messages import Message, ToolCall
+from cairn.errors import CairnError
+from cairn.messages import (
+    JSONObject,
+    JSONValue,
+    Message,
+    ToolCall,
+    message_from_dict,
+    message_to_dict,
+)
 
-SessionStatus: TypeAlias = Literal["idle", "streaming", "compacting"]
+SessionStatus: TypeAlias = Literal["idle", "streaming", "tools", "compacting"]
+SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
 
 
 @dataclass(frozen=True)
 class MessageAdded:
+    WIRE: ClassVar[str] = "messageAdded"
+
     message: Message
 
 
 @dataclass(frozen=True)
 class MessageUpdated:
     """A streaming assistant message so far (accumulated text, not the delta)."""
+
+    WIRE: ClassVar[str] = "messageUpdated"
 
     message_id: str
     content: str
@@ -32,27 +62,39 @@ class MessageUpdated:
 
 @dataclass(frozen=True)
 class ToolStarted:
+    WIRE: ClassVar[str] = "toolStarted"
+
     call: ToolCall
 
 
 @dataclass(frozen=True)
 class ToolFinished:
+    WIRE: ClassVar[str] = "toolFinished"
+
     call_id: str
     result: Message
 
 
 @dataclass(frozen=True)
 class CompactionStateChange:
+    WIRE: ClassVar[str] = "compactionStateChange"
+
     is_compacting: bool
 
 
 @dataclass(frozen=True)
 class CompactionContentUpdate:
+    """The compaction fork's text so far (accumulated)."""
+
+    WIRE: ClassVar[str] = "compactionContentUpdate"
+
     content: str
 
 
 @dataclass(frozen=True)
 class CompactBlockAdded:
+    WIRE: ClassVar[str] = "compactBlockAdded"
+
     block: Message
 
 
@@ -60,11 +102,17 @@ class CompactBlockAdded:
 class UsageUpdate:
     """``latestTotalTokens``: the provider's ``total_tokens`` only, never cache fields."""
 
+    WIRE: ClassVar[str] = "usage"
+
     latest_total_tokens: int
+    window: int | None = None
+    input_budget: int | None = None
 
 
 @dataclass(frozen=True)
 class StatusChange:
+    WIRE: ClassVar[str] = "statusChange"
+
     status: SessionStatus
 
 
@@ -72,11 +120,27 @@ class StatusChange:
 class Notice:
     """Something the user should see: a hook's stderr, a skipped compaction."""
 
+    WIRE: ClassVar[str] = "notice"
+
     text: str
 
 
 @dataclass(frozen=True)
+class PermissionRequested:
+    """A tool waits for the user's decision; ``options`` are the decisions offered."""
+
+    WIRE: ClassVar[str] = "permissionRequested"
+
+    id: str
+    tool: str
+    arguments: str
+    options: tuple[str, ...] = ("allow_once", "allow_always", "reject")
+
+
+@dataclass(frozen=True)
 class ErrorEvent:
+    WIRE: ClassVar[str] = "error"
+
     message: str
     code: str | None = None
 
@@ -92,8 +156,86 @@ Event: TypeAlias = (
     | UsageUpdate
     | StatusChange
     | Notice
+    | PermissionRequested
     | ErrorEvent
 )
+EVENT_TYPES: tuple[type[Event], ...] = (
+    MessageAdded,
+    MessageUpdated,
+    ToolStarted,
+    ToolFinished,
+    CompactionStateChange,
+    CompactionContentUpdate,
+    CompactBlockAdded,
+    UsageUpdate,
+    StatusChange,
+    Notice,
+    PermissionRequested,
+    ErrorEvent,
+)
+_BY_WIRE: dict[str, type[Event]] = {t.WIRE: t for t in EVENT_TYPES}
+
+
+class EventFormatError(CairnError, ValueError):
+    """A wire event that is not one of ours, or has a field of the wrong shape."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _encode(value: object) -> JSONValue:
+    if isinstance(value, Message):
+        return message_to_dict(value)
+    if isinstance(value, ToolCall):
+        return {"id": value.id, "name": value.name, "arguments": value.arguments}
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(f"no wire form for {type(value).__name__}")
+
+
+def event_to_wire(event: Event) -> JSONObject:
+    """``{"type": "<wireName>", <camelCase fields>…}``: what every surface sends."""
+    out: JSONObject = {"type": event.WIRE}
+    for f in fields(event):
+        out[_camel(f.name)] = _encode(getattr(event, f.name))
+    return out
+
+
+def event_from_wire(data: object) -> Event:
+    """The event ``event_to_wire`` encoded; ``EventFormatError`` for anything else."""
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise EventFormatError("an event is a JSON object with a string 'type'")
+    kind = _BY_WIRE.get(data["type"])
+    if kind is None:
+        raise EventFormatError(f"unknown event type {data['type']!r}")
+    values: dict[str, object] = {}
+    for f in fields(kind):
+        key = _camel(f.name)
+        if key not in data:
+            continue  # a default applies (or the constructor says what is missing)
+        values[f.name] = _decode(kind, f.name, data[key])
+    try:
+        return kind(**values)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise EventFormatError(f"{data['type']}: {exc}") from None
+
+
+def _decode(kind: type[Event], name: str, value: object) -> object:
+    hint = {f.name: f.type for f in fields(kind)}[name]
+    try:
+        if hint in ("Message", Message):
+            return message_from_dict(value)
+        if hint in ("ToolCall", ToolCall) and isinstance(value, dict):
+            return ToolCall(str(value["id"]), str(value["name"]), str(value["arguments"]))
+    except (KeyError, ValueError) as exc:
+        raise EventFormatError(f"{kind.WIRE}.{_camel(name)}: {exc}") from None
+    if isinstance(value, list):
+        return tuple(value)
+    return value
 
 
 class EventBus:

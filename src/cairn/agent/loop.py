@@ -81,6 +81,7 @@ async def run_turn(
             if not assistant.tool_calls:
                 answer = assistant.text
                 break
+            session.set_status("tools")
             results = await _run_tools(session, assistant.tool_calls)
             stored = session.pipeline.add_tool_results(results)
             for result in stored:
@@ -153,7 +154,8 @@ async def _stream(session: Session, fixed: FixedContext) -> Message:
             if abort.is_set():
                 break
     finally:
-        session.set_status("idle")
+        # Streaming is over; tools (or the end of the turn) set what comes next.
+        session.pipeline.streaming = False
     answer = turn.message()
     answer = Message(
         role="assistant",
@@ -172,7 +174,13 @@ async def _stream(session: Session, fixed: FixedContext) -> Message:
     session.events.publish(MessageAdded(answer))
     usage = answer.meta.usage
     if usage is not None:
-        session.events.publish(UsageUpdate(usage.total_tokens))
+        session.events.publish(
+            UsageUpdate(
+                usage.total_tokens,
+                window=session.model.context_window,
+                input_budget=session.pipeline.input_budget,
+            )
+        )
     return answer
 
 

@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn.agent.events import EventBus, Notice, SessionStatus, StatusChange
+from cairn.agent.events import (
+    CompactionStateChange,
+    Event,
+    EventBus,
+    Notice,
+    SessionStatus,
+    StatusChange,
+)
 from cairn.agent.hooks import HookRunner
 from cairn.agent.settings import Settings
 from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
@@ -125,6 +132,9 @@ class Session:
             artifacts_dir=self.session_dir,
         )
         self._store = store
+        #: The state a compaction interrupted, restored when it ends.
+        self._before_compaction: SessionStatus = "idle"
+        self.events.on(self._follow_compaction)
 
     # -- views -----------------------------------------------------------
 
@@ -155,9 +165,24 @@ class Session:
         )
 
     def set_status(self, status: SessionStatus) -> None:
+        """One state machine: idle → streaming → tools → streaming … → idle, and compacting.
+
+        A compaction (manual or automatic) is its own state, entered and left
+        with the pipeline's compaction state; the state it interrupted comes
+        back after it. Every transition is a ``statusChange`` event.
+        """
         self.status = status
         self.pipeline.streaming = status == "streaming"
         self.events.publish(StatusChange(status))
+
+    def _follow_compaction(self, event: Event) -> None:
+        if not isinstance(event, CompactionStateChange):
+            return
+        if event.is_compacting:
+            self._before_compaction = self.status
+            self.set_status("compacting")
+        else:
+            self.set_status(self._before_compaction)
 
     def abort(self) -> None:
         """Stop the running turn at the next safe point; the transcript stays whole."""

@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias
 
 import orjson
 
 from cairn.agent.commands import parse_command, run_command
-from cairn.agent.events import ErrorEvent, Event, Notice
+from cairn.agent.events import ErrorEvent, Event, Notice, event_to_wire
 from cairn.agent.loop import TurnError, run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
-from cairn.messages import JSONValue, Message, ToolCall, message_to_dict
+from cairn.messages import JSONValue
 from cairn.provider import (
     ModelConfig,
     ModelConfigError,
@@ -198,27 +198,8 @@ def one_line(text: str) -> str:
 
 
 def _print_event(event: Event) -> None:
-    sys.stdout.buffer.write(orjson.dumps(event_to_json(event)) + b"\n")
+    sys.stdout.buffer.write(orjson.dumps(event_to_wire(event)) + b"\n")
     sys.stdout.flush()
-
-
-def event_to_json(event: Event) -> dict[str, JSONValue]:
-    """One event as a JSON object: ``{"type": "<EventName>", …its fields}``."""
-    out: dict[str, JSONValue] = {"type": type(event).__name__}
-    if is_dataclass(event):
-        for f in fields(event):
-            out[f.name] = _json(getattr(event, f.name))
-    return out
-
-
-def _json(value: object) -> JSONValue:
-    if isinstance(value, Message):
-        return message_to_dict(value)
-    if isinstance(value, ToolCall):
-        return {"id": value.id, "name": value.name, "arguments": value.arguments}
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
 
 
 def _fail(message: str, code: int) -> int:
