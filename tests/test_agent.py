@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cairn.agent.commands import parse_command, run_command
-from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, StatusChange
+from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, Notice, StatusChange
 from cairn.agent.loop import INTERRUPTED, run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings
@@ -429,3 +429,47 @@ def test_the_loop_checks_before_every_request_including_after_tool_results(
         if any("continued from a previous" in str(m.get("content")) for m in bodies[i]["messages"])
     ]
     assert compacted and model.forks >= 1
+
+
+def test_the_subagent_runs_the_same_loop_with_reactive_recovery_and_events(
+    workspace: Path, tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Regression: tools/task.py ran its own copy of the loop, without reactive recovery,
+    abort or events; now a context-limit error in the subagent compacts once and replays,
+    and its notices reach the parent session."""
+    subagent_requests: list[int] = []
+
+    def responder(body: dict[str, Any]) -> Reply:
+        if is_fork(body):
+            return Reply(text=SUMMARY)
+        if "You are a Cairn subagent" in str(body["messages"][0]["content"]):
+            subagent_requests.append(len(body["messages"]))
+            if len(subagent_requests) <= 4:
+                return call("read_file", path="big.txt")
+            if len(subagent_requests) == 5:
+                return Reply.http_error(
+                    400, "maximum context length exceeded", code="context_length_exceeded"
+                )
+            return Reply(text="The log is uneventful.")
+        if body["messages"][-1]["content"] == "read the log in a subagent":
+            return call(
+                "task", description="read the log", prompt="Read big.txt.", run_in_background=False
+            )
+        return Reply(text="Done.")
+
+    rt = runtime(workspace, openai_server, tmp_path)
+    session = rt.new_session()
+    openai_server.respond_with(responder)
+    events = record(session)
+    result = asyncio.run(run_turn(session, "read the log in a subagent"))
+    rt.close()
+    assert result.text == "Done."
+    task = next(iter(session.state.tasks.values()))
+    assert task.status == "completed: The log is uneventful.", task.status
+    # The rejected request was replayed after one reactive compaction.
+    assert len(subagent_requests) == 6 and subagent_requests[5] < subagent_requests[4]
+    transcript = session.session_dir / "subagents" / f"{task.id}.jsonl"
+    records = read_transcript(transcript).records
+    assert sum(isinstance(r, CompactionRecord) and r.trigger == "reactive" for r in records) == 1
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert all(n.startswith(f"{task.id}") for n in notices if "task_" in n)

@@ -8,28 +8,36 @@ that did not run gets a result saying it was interrupted.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from cairn.agent.events import (
     ErrorEvent,
+    EventBus,
     MessageAdded,
     MessageUpdated,
     Notice,
+    SessionStatus,
     ToolFinished,
     ToolStarted,
     UsageUpdate,
 )
-from cairn.agent.session import Session
+from cairn.agent.tools.base import ToolContext
+from cairn.agent.tools.registry import ToolRegistry
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (
     CheckpointFailedError,
+    ContextPipeline,
     ContextWindowExceededError,
     RequestTooLargeError,
 )
 from cairn.context.tracker import FixedContext
+from cairn.errors import CairnError
 from cairn.messages import Message, ToolCall, new_id, tool_result, user
 from cairn.provider import (
+    ChatProvider,
     ContentDelta,
     ContextLimitError,
     ProviderError,
@@ -37,12 +45,13 @@ from cairn.provider import (
     TurnAccumulator,
     chat_request,
 )
+from cairn.provider.config import ModelConfig
 
 INTERRUPTED = "[interrupted by the user before this tool call finished]"
 DEFAULT_MAX_TURNS = 50
 
 
-class TurnError(RuntimeError):
+class TurnError(CairnError, RuntimeError):
     """The turn could not finish; the message is for the user, the transcript is whole."""
 
     def __init__(self, message: str, code: str | None = None) -> None:
@@ -63,12 +72,51 @@ class _AbortedError(Exception):
     pass
 
 
+class LoopHost(Protocol):
+    """What the loop needs from whoever runs it: a session, or a background subagent."""
+
+    @property
+    def pipeline(self) -> ContextPipeline: ...
+    @property
+    def events(self) -> EventBus: ...
+    @property
+    def model(self) -> ModelConfig: ...
+    @property
+    def tools(self) -> ToolRegistry: ...
+    @property
+    def provider(self) -> ChatProvider: ...
+    @property
+    def abort_event(self) -> asyncio.Event: ...
+    def fixed_context(self) -> FixedContext: ...
+    def tool_context(self) -> ToolContext: ...
+    def set_status(self, status: SessionStatus) -> None: ...
+
+
+class TurnHost(LoopHost, Protocol):
+    """A session: it also runs its SessionStart hooks and owns the abort of a turn."""
+
+    async def start(self) -> None: ...
+    def reset_abort(self) -> asyncio.Event: ...
+
+
 async def run_turn(
-    session: Session, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
+    session: TurnHost, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
 ) -> TurnResult:
     """Run one user turn to the end (or to ``max_turns`` requests, or an abort)."""
     await session.start()  # SessionStart hooks, once per session (startup / resume / clear)
-    abort = session.reset_abort()
+    session.reset_abort()
+    return await run_loop(session, text, max_turns=max_turns)
+
+
+async def run_loop(
+    session: LoopHost, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
+) -> TurnResult:
+    """The one agent loop: check → request → tools, until no tool calls (or the limit).
+
+    Sessions run it through ``run_turn``; the background subagent runs it
+    directly on its own host, with reactive recovery, abort and events alike.
+    """
+    abort = session.abort_event
     message = text if isinstance(text, Message) else user(text)
     session.pipeline.add(message)
     session.events.publish(MessageAdded(message))
@@ -101,13 +149,13 @@ async def run_turn(
     return TurnResult(answer, requests)
 
 
-def _close_open_round(session: Session) -> None:
+def _close_open_round(session: LoopHost) -> None:
     """Answer any tool call left without a result (a cancelled task), so no round is split."""
     for result in session.pipeline.answer_open_calls(INTERRUPTED):
         session.events.publish(MessageAdded(result))
 
 
-async def _request(session: Session) -> Message:
+async def _request(session: LoopHost) -> Message:
     """One provider call with its pre-request check and, once, reactive recovery."""
     fixed = session.fixed_context()
     try:
@@ -140,14 +188,14 @@ async def _request(session: Session) -> Message:
     raise AssertionError("unreachable")
 
 
-async def _stream(session: Session, fixed: FixedContext) -> Message:
+async def _stream(session: LoopHost, fixed: FixedContext) -> Message:
     request = chat_request(session.model, fixed.system, fixed.tools, session.pipeline.messages)
     turn = TurnAccumulator()
     message_id = new_id()
     session.set_status("streaming")
     abort = session.abort_event
     try:
-        async for event in session.runtime.provider.stream(request):
+        async for event in session.provider.stream(request):
             turn.add(event)
             if isinstance(event, ContentDelta | ReasoningDelta):
                 session.events.publish(MessageUpdated(message_id, turn.text, turn.reasoning))
@@ -184,7 +232,7 @@ async def _stream(session: Session, fixed: FixedContext) -> Message:
     return answer
 
 
-async def _run_tools(session: Session, calls: Sequence[ToolCall]) -> list[Message]:
+async def _run_tools(session: LoopHost, calls: Sequence[ToolCall]) -> list[Message]:
     """Run each call in order; once aborted, the rest are answered as interrupted."""
     ctx = session.tool_context()
     results: list[Message] = []

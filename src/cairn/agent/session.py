@@ -33,10 +33,11 @@ from cairn.agent.hooks import HookRunner
 from cairn.agent.settings import Settings
 from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
 from cairn.agent.state import STATE_KEY, SessionState
+from cairn.agent.subagent import SubagentSetup, run_subagent
 from cairn.agent.tools.base import Asker, PermissionMode, Tool, ToolContext
 from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.skill import SkillTool
-from cairn.agent.tools.task import task_tools
+from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
 from cairn.context import ContextPipeline, FixedContext
 from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.summarize import LLMSummarizer
@@ -95,7 +96,7 @@ class Session:
         self.tool_list: list[Tool] = [
             *default_tools(),
             SkillTool(self.catalog),
-            *task_tools(runtime, self),
+            *task_tools(self._run_subagent),
         ]
         self.tools = ToolRegistry(self.tool_list)
         #: Notices found while opening (a damaged state record), shown by ``start()``
@@ -146,6 +147,10 @@ class Session:
         """Everything a person saw, across every compaction, in order."""
         transcript = self._store.transcript()
         return transcript.ui(transcript.api())
+
+    @property
+    def provider(self) -> ChatProvider:
+        return self.runtime.provider
 
     def fixed_context(self) -> FixedContext:
         prompt = load_prompt("system").format(
@@ -200,6 +205,23 @@ class Session:
         self._closed = True
         self.pipeline.close()
         self.events.close()
+
+    # -- the background subagent ------------------------------------------
+
+    async def _run_subagent(self, task_id: str, prompt: str, ctx: ToolContext) -> str:
+        """The ``task`` tool's runner: the same loop, on a fresh context of its own."""
+        tools = [t for t in self.tool_list if t.name not in TASK_TOOL_NAMES]
+        setup = SubagentSetup(
+            task_id=task_id,
+            workspace=self.workspace,
+            transcript=self.session_dir / "subagents" / f"{task_id}.jsonl",
+            model=self.model,
+            provider=self.runtime.provider,
+            config=self.pipeline.config,
+            tools=ToolRegistry(tools),
+            parent=self.events,
+        )
+        return await run_subagent(setup, prompt, ctx)
 
     # -- SessionStart ------------------------------------------------------
 

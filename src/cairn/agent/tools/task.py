@@ -2,32 +2,33 @@
 
 The subagent gets the same model and tools (except ``task`` itself), its own
 durable transcript and context pipeline under the session's folder, and the
-task prompt. Its description and status live in the session state, so they
-survive a compaction through restoration.
+task prompt; it runs the session's own agent loop, through the runner the
+session injects (``cairn.agent.subagent``). Its description and status live
+in the session state, so they survive a compaction through restoration.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
 
 from cairn.agent.tools.base import Tool, ToolContext, ToolResult
-from cairn.agent.tools.registry import ToolRegistry
 from cairn.context.effects import ToolEffect
-from cairn.context.pipeline import ContextPipeline
 from cairn.context.restore import BackgroundTask
-from cairn.context.summarize import LLMSummarizer
-from cairn.context.tracker import FixedContext
-from cairn.messages import JSONObject, system, user
-from cairn.prompts import load_prompt
-from cairn.provider import ProviderError, chat_request
-from cairn.store import JsonlTranscriptStore, SessionRecord
+from cairn.errors import CairnError
+from cairn.messages import JSONObject
 
-if TYPE_CHECKING:
-    from cairn.agent.session import Runtime, Session
+#: The tools a subagent does not get (it cannot start subagents of its own).
+TASK_TOOL_NAMES = ("task", "task_output")
 
-MAX_SUBAGENT_REQUESTS = 30
+#: ``runner(task_id, prompt, ctx)`` → the subagent's report.
+SubagentRunner: TypeAlias = Callable[[str, str, ToolContext], Awaitable[str]]
+
+
+class SubagentError(CairnError, RuntimeError):
+    """The subagent stopped without a report; the message says why."""
 
 
 class TaskTool:
@@ -51,9 +52,8 @@ class TaskTool:
 
     _ids = itertools.count(1)
 
-    def __init__(self, runtime: Runtime, session: Session) -> None:
-        self._runtime = runtime
-        self._session = session
+    def __init__(self, runner: SubagentRunner) -> None:
+        self._runner = runner
         self.reports: dict[str, str] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
 
@@ -75,49 +75,14 @@ class TaskTool:
 
     async def _run(self, task_id: str, prompt: str, ctx: ToolContext) -> None:
         try:
-            report = await self._subagent(task_id, prompt, ctx)
-        except (ProviderError, OSError) as exc:
+            report = await self._runner(task_id, prompt, ctx)
+        except SubagentError as exc:
             self.reports[task_id] = f"the subagent failed: {exc}"
             ctx.state.update_task(task_id, f"failed: {exc}"[:200])
             return
         self.reports[task_id] = report
         first_line = report.strip().splitlines()[0] if report.strip() else "no report"
         ctx.state.update_task(task_id, f"completed: {first_line}"[:200])
-
-    async def _subagent(self, task_id: str, prompt: str, ctx: ToolContext) -> str:
-        session = self._session
-        tools = [t for t in session.tool_list if t.name not in ("task", "task_output")]
-        registry = ToolRegistry(tools)
-        path = session.session_dir / "subagents" / f"{task_id}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = JsonlTranscriptStore.create(path, SessionRecord(task_id, str(session.workspace)))
-        pipeline = ContextPipeline(
-            store,
-            session.pipeline.config,
-            model=session.model,
-            workspace=session.workspace,
-            tool_effects=registry.effects(),
-            summarizer=LLMSummarizer(self._runtime.provider, session.model),
-            artifacts_dir=path.with_suffix(""),
-        )
-        fixed = FixedContext(
-            (system(load_prompt("subagent").format(workspace=session.workspace)),),
-            tuple(registry.schemas()),
-        )
-        try:
-            pipeline.add(user(prompt))
-            for _ in range(MAX_SUBAGENT_REQUESTS):
-                await pipeline.check_and_compact(fixed)
-                request = chat_request(session.model, fixed.system, fixed.tools, pipeline.messages)
-                answer = await self._runtime.provider.complete(request)
-                pipeline.add(answer)
-                if not answer.tool_calls:
-                    return answer.text
-                results = [await registry.execute(call, ctx) for call in answer.tool_calls]
-                pipeline.add_tool_results(results)
-            return f"stopped after {MAX_SUBAGENT_REQUESTS} requests without a final report"
-        finally:
-            pipeline.close()
 
 
 class TaskOutputTool:
@@ -147,6 +112,6 @@ class TaskOutputTool:
         return ToolResult(f"{task.id} ({task.status}):\n{report}")
 
 
-def task_tools(runtime: Runtime, session: Session) -> list[Tool]:
-    tasks = TaskTool(runtime, session)
+def task_tools(runner: SubagentRunner) -> list[Tool]:
+    tasks = TaskTool(runner)
     return [tasks, TaskOutputTool(tasks)]
