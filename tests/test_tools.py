@@ -678,7 +678,13 @@ def test_registry_permissions(ws: Path) -> None:
     denied = execute(registry, make_ctx(ws, ask=asker(False)), "write_file", write)
     assert denied.meta.tool_error and "the user denied write_file" in denied.text
     assert not (ws / "f.txt").exists()
-    assert asked == [PermissionRequest("write_file", "write f.txt (1 lines)")]
+    assert asked == [
+        PermissionRequest(
+            "write_file",
+            "write f.txt (1 lines)",
+            json.dumps(json.loads(write), separators=(",", ":")),
+        )
+    ]
 
     granted = execute(registry, make_ctx(ws, ask=asker(True)), "write_file", write)
     assert not granted.meta.tool_error and (ws / "f.txt").read_text() == "hi\n"
@@ -695,7 +701,8 @@ def test_registry_permissions(ws: Path) -> None:
     assert not execute(registry, edits, "write_file", write).meta.tool_error
     assert asked == []
     refused_bash = execute(registry, edits, "bash", bash)
-    assert refused_bash.meta.tool_error and asked == [PermissionRequest("bash", "touch b.txt")]
+    assert refused_bash.meta.tool_error
+    assert asked == [PermissionRequest("bash", "touch b.txt", '{"command":"touch b.txt"}')]
 
     asked.clear()
     bypass = make_ctx(ws, mode="bypass", ask=asker(False))

@@ -135,6 +135,8 @@ class PermissionRequested:
     tool: str
     arguments: str
     options: tuple[str, ...] = ("allow_once", "allow_always", "reject")
+    #: One line a person can judge: the command, or the file and the kind of change.
+    summary: str = ""
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, TypeAlias, get_args
 
 from cairn.agent.events import (
     CompactionStateChange,
     Event,
     EventBus,
     Notice,
+    PermissionRequested,
     SessionStatus,
     StatusChange,
 )
@@ -34,14 +36,14 @@ from cairn.agent.settings import Settings
 from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
 from cairn.agent.state import STATE_KEY, SessionState
 from cairn.agent.subagent import SubagentSetup, run_subagent
-from cairn.agent.tools.base import Asker, PermissionMode, Tool, ToolContext
+from cairn.agent.tools.base import PermissionMode, PermissionRequest, Tool, ToolContext
 from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.skill import SkillTool
 from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
 from cairn.context import ContextPipeline, FixedContext
 from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.summarize import LLMSummarizer
-from cairn.messages import KIND_COMPACT_SUMMARY, Message, system
+from cairn.messages import KIND_COMPACT_SUMMARY, Message, new_id, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import (
@@ -64,6 +66,12 @@ class SessionInfo:
     first_prompt: str
     messages: int
     last_activity: float
+
+
+#: What a surface may answer to ``permissionRequested`` (``cancelled`` is what a cancel sends).
+PermissionDecision: TypeAlias = Literal["allow_once", "allow_always", "reject", "cancelled"]
+PERMISSION_DECISIONS: tuple[PermissionDecision, ...] = get_args(PermissionDecision)
+PERMISSION_OPTIONS: tuple[str, ...] = ("allow_once", "allow_always", "reject")
 
 
 class Session:
@@ -133,6 +141,9 @@ class Session:
             artifacts_dir=self.session_dir,
         )
         self._store = store
+        #: Permission requests waiting for ``answer``, and the tools allowed for good.
+        self._permissions: dict[str, asyncio.Future[PermissionDecision]] = {}
+        self._always_allowed: set[str] = set()
         #: The state a compaction interrupted, restored when it ends.
         self._before_compaction: SessionStatus = "idle"
         self.events.on(self._follow_compaction)
@@ -164,7 +175,7 @@ class Session:
             state=self.state,
             session_dir=self.session_dir,
             permission_mode=self.runtime.permission_mode,
-            ask=self.runtime.ask,
+            ask=self._request_permission,
             abort=self._abort,
             clock=time.time,
         )
@@ -190,8 +201,50 @@ class Session:
             self.set_status(self._before_compaction)
 
     def abort(self) -> None:
-        """Stop the running turn at the next safe point; the transcript stays whole."""
+        """Stop the running turn at the next safe point; the transcript stays whole.
+
+        Every pending permission request is answered as cancelled.
+        """
         self._abort.set()
+        for permission_id in list(self._permissions):
+            self.answer(permission_id, "cancelled")
+
+    # -- permissions, as requests ------------------------------------------
+
+    async def _request_permission(self, request: PermissionRequest) -> bool:
+        """Publish ``permissionRequested`` and wait for ``answer``; true when allowed."""
+        if request.tool in self._always_allowed:
+            return True
+        permission_id = new_id("perm")
+        waiting: asyncio.Future[PermissionDecision] = asyncio.get_running_loop().create_future()
+        self._permissions[permission_id] = waiting
+        try:
+            self.events.publish(
+                PermissionRequested(
+                    permission_id,
+                    request.tool,
+                    request.arguments,
+                    PERMISSION_OPTIONS,
+                    request.summary,
+                )
+            )
+            decision = await waiting
+        finally:
+            self._permissions.pop(permission_id, None)
+        if decision == "allow_always":
+            self._always_allowed.add(request.tool)
+        return decision in ("allow_once", "allow_always")
+
+    def answer(self, permission_id: str, decision: PermissionDecision) -> bool:
+        """Answer a pending ``permissionRequested``; false when nothing waits under that id."""
+        if decision not in PERMISSION_DECISIONS:
+            allowed = ", ".join(PERMISSION_DECISIONS)
+            raise ValueError(f"unknown permission decision {decision!r}; one of {allowed}")
+        waiting = self._permissions.get(permission_id)
+        if waiting is None or waiting.done():
+            return False
+        waiting.set_result(decision)
+        return True
 
     def reset_abort(self) -> asyncio.Event:
         self._abort = asyncio.Event()
@@ -276,7 +329,6 @@ class Runtime:
         settings: Settings | None = None,
         home: Path | None = None,
         permission_mode: PermissionMode = "ask",
-        ask: Asker | None = None,
     ) -> None:
         self.workspace = Path(normalize_workspace(workspace))
         self.model = model
@@ -284,7 +336,6 @@ class Runtime:
         self.settings = settings or Settings()
         self.home = home if home is not None else cairn_home()
         self.permission_mode: PermissionMode = permission_mode
-        self.ask = ask
         self._current: Session | None = None
         self._switch_callbacks: list[Callable[[Session], None]] = []
 

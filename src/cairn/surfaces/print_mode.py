@@ -24,7 +24,7 @@ from typing import Literal, TypeAlias
 import orjson
 
 from cairn.agent.commands import parse_command, run_command
-from cairn.agent.events import ErrorEvent, Event, Notice, event_to_wire
+from cairn.agent.events import ErrorEvent, Event, Notice, PermissionRequested, event_to_wire
 from cairn.agent.loop import TurnError, run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings, SettingsError, load_settings
@@ -94,13 +94,13 @@ async def _run(
             provider,
             settings=settings,
             permission_mode=args.permission_mode,
-            ask=None,
         )
         on_stderr = _StderrNotices()
         printer = _print_event if args.output_format == "stream-json" else on_stderr
 
         def subscribe(session: Session) -> None:
             session.events.on(printer)
+            session.events.on(lambda event: _refuse_permission(session, event, args))
 
         runtime.on_switch(subscribe)
         try:
@@ -135,6 +135,20 @@ async def _run(
             return 0
         finally:
             runtime.close()
+
+
+def _refuse_permission(session: Session, event: Event, args: PrintArgs) -> None:
+    """Nobody can be asked here: ``--permission-mode`` is the answer, and it said ask."""
+    if not isinstance(event, PermissionRequested):
+        return
+    session.answer(event.id, "reject")
+    session.events.publish(
+        Notice(
+            f"permission refused: {event.tool} ({event.summary}) needs permission in "
+            f"--permission-mode {args.permission_mode}; cairn -p cannot ask — use "
+            "accept-edits or bypass"
+        )
+    )
 
 
 def _model(settings: Settings, args: PrintArgs) -> ModelConfig | None:

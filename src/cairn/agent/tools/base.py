@@ -33,6 +33,8 @@ class PermissionRequest:
     tool: str
     #: One line a person can judge: the command, or the file and the kind of change.
     summary: str
+    #: The call's arguments, as the model sent them (JSON).
+    arguments: str = "{}"
 
 
 #: Asks the surface whether a tool may run; ``None`` when nobody can be asked.

@@ -120,7 +120,7 @@ class ToolRegistry:
         mode = ctx.permission_mode
         if mode == "bypass" or (mode == "accept-edits" and tool.name in EDIT_TOOLS):
             return None
-        request = PermissionRequest(tool.name, _summary(tool, args))
+        request = PermissionRequest(tool.name, _summary(tool, args), orjson.dumps(args).decode())
         if ctx.ask is None:
             return (
                 f"permission refused: {tool.name} needs the user's permission "
