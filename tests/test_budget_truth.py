@@ -140,7 +140,7 @@ def talk(p: ContextPipeline, rounds: int, words: int = 300) -> None:
 
 
 def transcript_bytes(p: ContextPipeline) -> bytes:
-    return Path(p._store.path).read_bytes()  # type: ignore[attr-defined]
+    return p.transcript_path.read_bytes()
 
 
 # ---------------------------------------------------------------------------
@@ -246,9 +246,7 @@ def test_the_first_request_in_an_8k_window_is_not_compacted_into_a_bigger_contex
     assert any("nothing to compact" in w for w in result.warnings)
     assert p.epoch == 0
     assert not [
-        r
-        for r in read_transcript(p._store.path).records
-        if isinstance(r, CompactionRecord)  # type: ignore[attr-defined]
+        r for r in read_transcript(p.transcript_path).records if isinstance(r, CompactionRecord)
     ]
 
 

@@ -425,7 +425,7 @@ class Session:
             self.so_far.add(result)
 
     def transcript(self) -> Any:
-        return read_transcript(self.p._store.path)  # type: ignore[attr-defined]
+        return read_transcript(self.p.transcript_path)
 
     def same_on_disk(self) -> None:
         assert self.transcript().api().messages == list(self.p.messages)
@@ -439,7 +439,7 @@ class Session:
         assert self.p.epoch == self.epoch + 1, (path, self.epoch, self.p.epoch)
         self.epoch = self.p.epoch
         self.same_on_disk()
-        records = self.p._store.transcript().records  # type: ignore[attr-defined]
+        records = self.transcript().records
         record = [r for r in records if isinstance(r, CompactionRecord)][-1]
         label = f"{record.trigger}/{record.strategy}"
         self.stats.compactions[label] = self.stats.compactions.get(label, 0) + 1
@@ -509,7 +509,7 @@ class Session:
         self.after("manual")
 
     def _errors(self) -> int:
-        records = self.p._store.transcript().records  # type: ignore[attr-defined]
+        records = self.transcript().records
         return sum(isinstance(r, ErrorRecord) and r.source == "compact" for r in records)
 
 

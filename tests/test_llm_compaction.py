@@ -186,7 +186,7 @@ def grow(p: ContextPipeline, lines: int = 6_000) -> None:
 
 
 def transcript_bytes(p: ContextPipeline) -> bytes:
-    return Path(p._store.path).read_bytes()  # type: ignore[attr-defined]
+    return p.transcript_path.read_bytes()
 
 
 def run(coro: Any) -> Any:
@@ -291,9 +291,7 @@ def test_only_the_summary_enters_the_context(tmp_path: Path, openai_server: Open
     assert "scratch" not in block.text and "<summary>" not in block.text
     assert "Fix the CSV export; keep the public API.\n\n## Decisions" in block.text
     record = next(
-        r
-        for r in read_transcript(p._store.path).records
-        if isinstance(r, CompactionRecord)  # type: ignore[attr-defined]
+        r for r in read_transcript(p.transcript_path).records if isinstance(r, CompactionRecord)
     )
     assert record.strategy == "llm" and record.trigger == "manual"
     # The kept tail: the last two complete API rounds, verbatim.
@@ -432,7 +430,7 @@ def test_a_second_context_limit_at_the_same_boundary_does_not_compact_again(
                 await p.recover_from_context_limit(error, FIXED)
 
         run(twice())
-    records = read_transcript(p._store.path).records  # type: ignore[attr-defined]
+    records = read_transcript(p.transcript_path).records
     assert sum(isinstance(r, CompactionRecord) for r in records) == 1
 
 
@@ -637,7 +635,7 @@ def test_a_failed_fork_without_a_switch_writes_the_error_block_there(
     openai_server.script(*(Reply.http_error(500) for _ in range(3)))
     with pytest.raises(CompactionFailedError):
         run(p.compact(FIXED))
-    records = read_transcript(p._store.path).records  # type: ignore[attr-defined]
+    records = read_transcript(p.transcript_path).records
     assert isinstance(records[-1], ErrorRecord) and "Compaction failed" in records[-1].text
 
 

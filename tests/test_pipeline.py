@@ -128,7 +128,7 @@ def converse(p: ContextPipeline, rounds: int = 12, fixed: FixedContext | None = 
 
 
 def transcript_api(p: ContextPipeline) -> list[Message]:
-    path = p._store.path  # type: ignore[attr-defined]
+    path = p.transcript_path
     return read_transcript(path).api().messages
 
 
@@ -247,7 +247,7 @@ def test_after_compaction_the_estimate_counts_only_the_context_after_the_boundar
     projected = p.project(FIXED)
     assert projected.source == "estimate"
     assert projected.tokens == FIXED.tokens + sum(estimate_message_tokens(m) for m in p.messages)
-    ui = read_transcript(p._store.path).ui()  # type: ignore[attr-defined]
+    ui = read_transcript(p.transcript_path).ui()
     assert len(ui) > len(p.messages)  # the old messages stay for the UI
 
 
@@ -302,7 +302,7 @@ def test_handoff_is_appended_once_per_epoch_hidden_and_durable(tmp_path: Path) -
     assert len(handoffs) == 1 and handoffs[0].meta.hidden
     second = run(p.check_and_compact(FIXED))
     assert not second.handoff
-    transcript = read_transcript(p._store.path)  # type: ignore[attr-defined]
+    transcript = read_transcript(p.transcript_path)
     assert next(r for r in transcript.records if isinstance(r, HandoffRecord)).epoch == 0
     assert all(m.meta.kind != KIND_HANDOFF for m in transcript.ui())
     # A restart does not hand off twice in the same epoch.
@@ -353,9 +353,7 @@ def test_over_the_compaction_line_a_snip_stands_in_for_a_model_compaction(
     assert result.after.tokens is not None and result.after.tokens <= HANDOFF_LINE
     assert sum(is_elided(m) for m in p.messages) == result.edits
     edits = [
-        r
-        for r in read_transcript(p._store.path).records  # type: ignore[attr-defined]
-        if isinstance(r, ContextEditRecord)
+        r for r in read_transcript(p.transcript_path).records if isinstance(r, ContextEditRecord)
     ]
     assert len(edits) == 1
     assert transcript_api(p) == list(p.messages)
@@ -372,7 +370,9 @@ def test_over_the_compaction_line_the_fallback_compacts_rather_than_snips(
     result = run(p.check_and_compact(FIXED))
     assert result.compaction is not None and result.compaction.strategy == "fallback"
     assert result.edits == 0
-    assert not any(isinstance(r, ContextEditRecord) for r in read_transcript(p._store.path).records)  # type: ignore[attr-defined]
+    assert not any(
+        isinstance(r, ContextEditRecord) for r in read_transcript(p.transcript_path).records
+    )
 
 
 def test_in_the_handoff_band_nothing_is_snipped(tmp_path: Path) -> None:
@@ -579,7 +579,7 @@ def test_a_manual_compact_with_nothing_to_compact_says_so_and_changes_nothing(
     with pytest.raises(CompactionFailedError, match="nothing to compact"):
         run(p.compact(FIXED))
     assert list(p.messages) == before and p.epoch == 0
-    ui = read_transcript(p._store.path).ui()  # type: ignore[attr-defined]
+    ui = read_transcript(p.transcript_path).ui()
     assert ui[-1].meta.kind == "error" and "nothing to compact" in ui[-1].text
 
 
@@ -600,7 +600,7 @@ def test_a_failed_manual_compact_writes_an_error_block_and_keeps_the_context(
     with pytest.raises(CompactionFailedError, match="no text after 3 rounds"):
         run(p.compact(FIXED))
     assert list(p.messages) == before
-    ui = read_transcript(p._store.path).ui()  # type: ignore[attr-defined]
+    ui = read_transcript(p.transcript_path).ui()
     assert ui[-1].meta.kind == "error"
     assert "Compaction failed" in ui[-1].text
 
@@ -661,7 +661,7 @@ def test_a_failed_checkpoint_save_fails_the_check_and_leaves_memory_untouched(
         tool_turn(p, "read_file", "text\n" * 500, path=f"f{i}.py")
     grow(p)
     p.end_turn()
-    path = p._store.path  # type: ignore[attr-defined]
+    path = p.transcript_path
     before_bytes = path.read_bytes()
     before_messages = list(p.messages)
     with file_size_limit(len(before_bytes) + 100), pytest.raises(CheckpointFailedError) as info:

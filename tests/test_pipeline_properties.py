@@ -124,7 +124,7 @@ def test_random_sessions_keep_every_invariant(session: list[object], window: int
             # No round is ever split.
             assert not find_orphans(messages)
             # The file rebuilds exactly the context in memory.
-            assert read_transcript(p._store.path).api().messages == messages  # type: ignore[attr-defined]
+            assert read_transcript(p.transcript_path).api().messages == messages
             if result.compaction is not None:
                 event("compacted")
                 block = messages[0]

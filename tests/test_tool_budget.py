@@ -303,10 +303,13 @@ def test_failed_rename_leaves_no_temp_file(tmp_path: Path, monkeypatch: pytest.M
     assert list((tmp_path / "tool-results").iterdir()) == []
 
 
-def test_lone_surrogates_are_saved_losslessly(tmp_path: Path) -> None:
+def test_lone_surrogates_are_scrubbed_once_and_the_saved_output_is_utf8(tmp_path: Path) -> None:
+    """Undecodable bytes smuggled into tool output become U+FFFD when the result message
+    is built (one scrub at ingress, issue 12); the saved full output is that same text,
+    plain UTF-8, so read_file and every other reader can open it."""
     text = "bytes \udcff\udc80 " * 500
     (out,) = apply_tool_budget([tool_result("c", text)], ToolBudget(1_000, 3_000), tmp_path)
-    assert saved_path(out).read_bytes().decode("utf-8", "surrogatepass") == text
+    assert saved_path(out).read_bytes().decode("utf-8") == "bytes \ufffd\ufffd " * 500
 
 
 def test_write_durably_creates_nested_folders(tmp_path: Path) -> None:

@@ -1,5 +1,22 @@
-"""Cairn: keep a long-running LLM agent session inside its context window, durably."""
+"""Cairn: keep a long-running LLM agent session inside its context window, durably.
 
+What a library user needs is here: the messages and their constructors
+(``user``, ``assistant``, ``system``, ``tool_result``), the transcript store,
+the context pipeline (``ContextPipeline``, ``CompactionConfig``,
+``FixedContext``), the provider (``ModelConfig``, ``OpenAIProvider``), the
+agent runtime (``Runtime``, ``run_turn``) and the errors, all ``CairnError``.
+
+The pipeline, the provider and the agent import the OpenAI SDK and pydantic,
+which take most of a second to load; ``cairn`` loads them on first use (PEP
+562), so ``import cairn`` (and the ``cairn`` command, which imports it) stays
+quick.
+"""
+
+# The standard modules go under private names: every public name here is Cairn's.
+import importlib as _importlib
+import typing as _typing
+
+from cairn.errors import CairnError
 from cairn.messages import (
     ImagePart,
     Message,
@@ -8,28 +25,106 @@ from cairn.messages import (
     TextPart,
     ToolCall,
     Usage,
+    assistant,
     find_orphans,
     group_rounds,
+    system,
     to_wire,
+    tool_result,
+    user,
 )
+from cairn.store import JsonlTranscriptStore, StoreError, TranscriptStore, read_transcript
 from cairn.tokens import Tokenizer, estimate_message_tokens, estimate_tokens, get_tokenizer
+
+if _typing.TYPE_CHECKING:
+    from cairn.agent.loop import TurnError, run_turn
+    from cairn.agent.session import Runtime
+    from cairn.agent.settings import SettingsError
+    from cairn.context import CompactionConfig, ContextPipeline, FixedContext
+    from cairn.context.pipeline import CompactionFailedError, RequestTooLargeError
+    from cairn.provider import (
+        ContextLimitError,
+        ModelConfig,
+        ModelConfigError,
+        OpenAIProvider,
+        ProviderError,
+    )
 
 __version__ = "0.1.0"
 
+#: The names loaded on first use, and the module each comes from.
+_LAZY: _typing.Final[dict[str, str]] = {
+    "CompactionConfig": "cairn.context",
+    "CompactionFailedError": "cairn.context.pipeline",
+    "ContextLimitError": "cairn.provider",
+    "ContextPipeline": "cairn.context",
+    "FixedContext": "cairn.context",
+    "ModelConfig": "cairn.provider",
+    "ModelConfigError": "cairn.provider",
+    "OpenAIProvider": "cairn.provider",
+    "ProviderError": "cairn.provider",
+    "RequestTooLargeError": "cairn.context.pipeline",
+    "Runtime": "cairn.agent.session",
+    "SettingsError": "cairn.agent.settings",
+    "TurnError": "cairn.agent.loop",
+    "run_turn": "cairn.agent.loop",
+}
+
+
+# Hidden from type checkers, which see the imports above instead: with a
+# module ``__getattr__`` in view they would take ``cairn.AnyTypo`` for an object.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value: object = getattr(_importlib.import_module(module), name)
+        globals()[name] = value  # the next lookup is an ordinary attribute
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
+    "CairnError",
+    "CompactionConfig",
+    "CompactionFailedError",
+    "ContextLimitError",
+    "ContextPipeline",
+    "FixedContext",
     "ImagePart",
+    "JsonlTranscriptStore",
     "Message",
     "MessageMeta",
+    "ModelConfig",
+    "ModelConfigError",
+    "OpenAIProvider",
+    "ProviderError",
+    "RequestTooLargeError",
     "Round",
+    "Runtime",
+    "SettingsError",
+    "StoreError",
     "TextPart",
     "Tokenizer",
     "ToolCall",
+    "TranscriptStore",
+    "TurnError",
     "Usage",
     "__version__",
+    "assistant",
     "estimate_message_tokens",
     "estimate_tokens",
     "find_orphans",
     "get_tokenizer",
     "group_rounds",
+    "read_transcript",
+    "run_turn",
+    "system",
     "to_wire",
+    "tool_result",
+    "user",
 ]

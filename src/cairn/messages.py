@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, TypeAlias, cast, get_args
 
+from cairn.errors import CairnError
+
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
@@ -31,7 +33,7 @@ KIND_SKILL = "skill"
 KIND_ERROR = "error"
 
 
-class MessageFormatError(ValueError):
+class MessageFormatError(CairnError, ValueError):
     """A stored or received message does not have the shape Cairn expects."""
 
 

@@ -14,6 +14,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from cairn.errors import CairnError
 from cairn.messages import ImagePart, Message
 
 TextKind: TypeAlias = Literal["text", "json"]
@@ -104,7 +105,7 @@ class Tokenizer(Protocol):
     def count(self, text: str) -> int: ...
 
 
-class TokenizerError(RuntimeError):
+class TokenizerError(CairnError, RuntimeError):
     """An unknown tokenizer name, or one whose optional dependency is missing."""
 
 

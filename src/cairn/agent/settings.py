@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cairn.context.config import CompactionConfig
 from cairn.context.hooks import SessionStartSource
+from cairn.errors import CairnError
 from cairn.provider.config import ModelEntry
 from cairn.store.paths import cairn_home
 from cairn.store.records import Trigger
@@ -64,7 +65,7 @@ _MAX_LISTED_ERRORS = 10
 _PLAIN_MATCHER = re.compile(r"[A-Za-z0-9_|]+")
 
 
-class SettingsError(ValueError):
+class SettingsError(CairnError, ValueError):
     """A settings file is unreadable, not JSON, or holds a bad value; the message says where."""
 
     def __init__(self, message: str, path: Path | None = None) -> None:

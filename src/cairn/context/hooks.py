@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias
 
+from cairn.errors import CairnError
 from cairn.messages import Message, MessageMeta
 from cairn.store.records import Trigger
 
@@ -27,7 +28,7 @@ KIND_SESSION_START = "session_start"
 MAX_REMINDER_CHARS = 10_000
 
 
-class CompactionBlockedError(RuntimeError):
+class CompactionBlockedError(CairnError, RuntimeError):
     """A PreCompact hook explicitly blocked the compaction (``{"decision": "block"}``)."""
 
     def __init__(self, reason: str) -> None:

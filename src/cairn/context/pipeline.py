@@ -55,6 +55,7 @@ from cairn.context.summarizer import (
 )
 from cairn.context.tool_budget import apply_tool_budget, tool_budget_for
 from cairn.context.tracker import ContextTokenTracker, FixedContext, TokenSnapshot
+from cairn.errors import CairnError
 from cairn.messages import (
     KIND_HANDOFF,
     KIND_PLAN_REMINDER,
@@ -92,7 +93,7 @@ class CheckpointFailedError(StoreError):
     phase = "checkpoint"
 
 
-class CompactionFailedError(RuntimeError):
+class CompactionFailedError(CairnError, RuntimeError):
     """A manual compaction failed; an error block was written to the session."""
 
 
@@ -100,7 +101,7 @@ class NothingToCompactError(CompactionFailedError):
     """A manual compaction had nothing to gain; the context is unchanged."""
 
 
-class ContextWindowExceededError(RuntimeError):
+class ContextWindowExceededError(CairnError, RuntimeError):
     """The provider refused the request as too long and it cannot be recovered here.
 
     ``code`` is ``invalid_request``, as the provider's own error; the message is
@@ -110,7 +111,7 @@ class ContextWindowExceededError(RuntimeError):
     code = "invalid_request"
 
 
-class RequestTooLargeError(RuntimeError):
+class RequestTooLargeError(CairnError, RuntimeError):
     """The next request would be over the input budget, compacted or not; it is not sent.
 
     Nothing is lost: the context stays as it was on disk and in memory. The
@@ -308,6 +309,11 @@ class ContextPipeline:
     @property
     def session_id(self) -> str:
         return self._store.session_id
+
+    @property
+    def transcript_path(self) -> Path:
+        """The session's transcript file: ``read_transcript`` or ``cairn inspect`` it."""
+        return self._store.path
 
     @property
     def messages(self) -> Sequence[Message]:

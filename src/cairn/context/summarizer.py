@@ -15,12 +15,13 @@ from typing import Protocol
 from cairn.context.effects import ToolEffects
 from cairn.context.fallback import plan_fallback
 from cairn.context.tracker import FixedContext
+from cairn.errors import CairnError
 from cairn.messages import Message
 from cairn.store.records import Strategy, Trigger
 from cairn.tokens import estimate_message_tokens
 
 
-class SummarizerError(RuntimeError):
+class SummarizerError(CairnError, RuntimeError):
     """The summarizer produced no usable replacement; counts toward the breaker."""
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cairn.durable import fsync_dir, write_all
+from cairn.errors import CairnError
 from cairn.messages import JSONValue, Message
 from cairn.tokens import TextKind, estimate_tokens
 
@@ -63,7 +64,7 @@ _SEPARATORS = 2
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-class ToolBudgetError(OSError):
+class ToolBudgetError(CairnError, OSError):
     """A full tool result could not be saved, so it was not shortened.
 
     An ``OSError`` so that callers handling I/O failures catch it with the rest;

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cairn.errors import CairnError
 from cairn.messages import JSONValue
 
 #: Body keys the request builder owns; a generation parameter may not set them.
@@ -76,7 +77,7 @@ TIMEOUT_ENV: Mapping[str, str] = {
 MIN_CONTEXT_WINDOW = 1_024
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(CairnError, ValueError):
     """A model setting (from code or the environment) has a bad value."""
 
 

@@ -13,6 +13,8 @@ passed is a ``ProviderTimeoutError`` naming the setting that changes it.
 
 from __future__ import annotations
 
+from cairn.errors import CairnError
+
 #: Error codes (or error types) that mean the request does not fit the window.
 CONTEXT_LIMIT_CODES: tuple[str, ...] = (
     "context_length_exceeded",  # OpenAI, DeepSeek, most OpenAI-compatible servers
@@ -48,7 +50,7 @@ INCOMPLETE_STREAM_CODE = "incomplete_stream"
 RATE_LIMIT_STATUS = 429
 
 
-class ProviderError(RuntimeError):
+class ProviderError(CairnError, RuntimeError):
     """The provider failed: an HTTP error, a broken connection, or an error mid-stream.
 
     ``status`` is the HTTP status (``None`` for connection failures and

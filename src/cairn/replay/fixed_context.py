@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from cairn.context.tracker import FixedContext
+from cairn.errors import CairnError
 from cairn.messages import JSONObject, Message
 from cairn.replay.session import RecordedSession
 
@@ -66,7 +67,7 @@ USAGE_SAMPLE = 5
 MIN_FILLER_TOKENS = 32
 
 
-class FixedContextError(ValueError):
+class FixedContextError(CairnError, ValueError):
     """A fixed-context size that cannot work for a session (the text names both figures)."""
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from cairn.errors import CairnError
 from cairn.replay.metrics import ReplaySummary
 
 
-class PlotUnavailableError(RuntimeError):
+class PlotUnavailableError(CairnError, RuntimeError):
     """matplotlib is not installed."""
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.errors import CairnError
 from cairn.messages import JSONObject, Message
 
 
-class SessionImportError(ValueError):
+class SessionImportError(CairnError, ValueError):
     """A file could not be imported; the message names the format and the line or key."""
 
 

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from cairn.errors import CairnError
 from cairn.messages import Message
 from cairn.store.records import CompactionRecord, Record, SessionRecord
 from cairn.store.views import ApiView, api_view, ui_view
 
 
-class StoreError(RuntimeError):
+class StoreError(CairnError, RuntimeError):
     """Base class of every transcript store failure.
 
     The message is one line meant for a user: it names the file and the
@@ -72,6 +73,11 @@ class Transcript:
 
 class TranscriptStore(Protocol):
     """Durable, append-only storage of one session's records."""
+
+    @property
+    def path(self) -> Path:
+        """The session file (``Transcript.path`` of what ``transcript()`` returns)."""
+        ...
 
     @property
     def session_id(self) -> str: ...

@@ -20,6 +20,7 @@ from typing import ClassVar, Literal, TypeAlias, cast
 
 import orjson
 
+from cairn.errors import CairnError
 from cairn.messages import (
     JSONObject,
     JSONValue,
@@ -49,11 +50,11 @@ TRIGGERS: frozenset[str] = frozenset({"auto", "manual", "reactive"})
 STRATEGIES: frozenset[str] = frozenset({"llm", "fallback"})
 
 
-class RecordFormatError(ValueError):
+class RecordFormatError(CairnError, ValueError):
     """A line of a transcript is not a valid record; the message says why."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(CairnError, ValueError):
     """A compaction checkpoint breaks a rule (size, count, version or pairing)."""
 
 

@@ -27,6 +27,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from cairn.errors import CairnError
 from cairn.messages import (
     KIND_CHAT,
     KIND_COMPACT_SUMMARY,
@@ -81,7 +82,7 @@ RECORD_TYPES: tuple[str, ...] = tuple(
 _KIND_LABELS = {KIND_COMPACT_SUMMARY: "compact", "restoration": "restore"}
 
 
-class InspectError(Exception):
+class InspectError(CairnError):
     """The path cannot be inspected; the message names the problem in one line."""
 
 

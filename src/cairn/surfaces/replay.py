@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from cairn.context.config import CompactionConfig
 from cairn.context.summarize import LLMSummarizer
 from cairn.context.summarizer import Summarizer
+from cairn.errors import CairnError
 from cairn.provider import OpenAIProvider, model_from_env
 from cairn.provider.config import MIN_CONTEXT_WINDOW
 from cairn.replay.engine import MessageTokens, ReplayOptions, replay_sessions
@@ -49,7 +50,7 @@ EXIT_ERROR = 2
 SUMMARIZERS = ("fallback", "llm")
 
 
-class ReplayUsageError(ValueError):
+class ReplayUsageError(CairnError, ValueError):
     """Arguments that cannot work together; the message says which and why."""
 
 

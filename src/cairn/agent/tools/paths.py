@@ -55,6 +55,7 @@ from typing import Literal, TypeVar
 
 from cairn.agent.tools.base import ToolContext
 from cairn.durable import write_all
+from cairn.errors import CairnError
 from cairn.messages import JSONObject, JSONValue
 
 #: Folders never walked into by list_files and grep (still readable by name).
@@ -82,15 +83,15 @@ _TEMP_STEM = 200
 T = TypeVar("T")
 
 
-class PathOutsideWorkspaceError(ValueError):
+class PathOutsideWorkspaceError(CairnError, ValueError):
     """A tool was asked for a path that does not lie inside the workspace."""
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(CairnError, ValueError):
     """An argument is missing or has the wrong type or value; the text is for the model."""
 
 
-class OutsideRootsError(ValueError):
+class OutsideRootsError(CairnError, ValueError):
     """A walk left every root it may reach: by ``..``, an absolute path or a symlink."""
 
     def __init__(self, link: Path | None = None, target: str | None = None) -> None:
@@ -101,7 +102,7 @@ class OutsideRootsError(ValueError):
         )
 
 
-class SymlinkRefusedError(ValueError):
+class SymlinkRefusedError(CairnError, ValueError):
     """A path that is never used through a symlink (the plan file) is one."""
 
 

@@ -30,6 +30,7 @@ from typing import NoReturn, cast
 
 import orjson
 
+from cairn.errors import CairnError
 from cairn.messages import (
     Content,
     ContentPart,
@@ -59,7 +60,7 @@ MAX_DEPTH = 254
 MAX_COUNT = 2**40
 
 
-class RecordError(ValueError):
+class RecordError(CairnError, ValueError):
     """One record or message has the wrong shape; the text names the key at fault."""
 
 
