@@ -33,7 +33,12 @@ def session_for(tmp_path: Path, server: OpenAIServer) -> tuple[Runtime, Session]
     workspace.mkdir()
     model = ModelConfig(model="test-model", base_url=server.base_url, context_window=32_768)
     rt = Runtime(
-        workspace, model, OpenAIProvider(model), settings=Settings(), home=tmp_path / "home"
+        workspace,
+        model,
+        OpenAIProvider(model),
+        settings=Settings(),
+        home=tmp_path / "home",
+        answers_permissions=True,
     )
     return rt, rt.new_session()
 
@@ -133,3 +138,22 @@ def test_cairn_p_answers_by_its_permission_mode(
     assert "the user denied write_file" in tool["content"]
     notices = [line for line in done.stderr.splitlines() if line.startswith("cairn: notice:")]
     assert len(notices) == 1  # one line per refusal
+
+
+def test_without_a_surface_that_answers_nothing_waits(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """A library user who never answers permission requests is refused at once."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    model = ModelConfig(model="test-model", base_url=openai_server.base_url, context_window=32_768)
+    rt = Runtime(workspace, model, OpenAIProvider(model), home=tmp_path / "home")
+    session = rt.new_session()
+    asked: list[Event] = []
+    session.events.on(lambda e: asked.append(e) if isinstance(e, PermissionRequested) else None)
+    openai_server.script(write("a.txt", "A"), Reply(text="Refused."))
+    result = asyncio.run(run_turn(session, "write a file"))
+    rt.close()
+    assert result.text == "Refused." and not asked
+    tool = next(m for m in openai_server.requests[-1].body["messages"] if m["role"] == "tool")
+    assert "permission could not be requested" in tool["content"]

@@ -175,7 +175,7 @@ class Session:
             state=self.state,
             session_dir=self.session_dir,
             permission_mode=self.runtime.permission_mode,
-            ask=self._request_permission,
+            ask=self._request_permission if self.runtime.answers_permissions else None,
             abort=self._abort,
             clock=time.time,
         )
@@ -329,6 +329,7 @@ class Runtime:
         settings: Settings | None = None,
         home: Path | None = None,
         permission_mode: PermissionMode = "ask",
+        answers_permissions: bool = False,
     ) -> None:
         self.workspace = Path(normalize_workspace(workspace))
         self.model = model
@@ -336,6 +337,10 @@ class Runtime:
         self.settings = settings or Settings()
         self.home = home if home is not None else cairn_home()
         self.permission_mode: PermissionMode = permission_mode
+        #: A surface answers ``permissionRequested`` events (``session.answer``). Without
+        #: one, a call that needs permission is refused at once: nobody can be asked,
+        #: and nothing may wait forever for an answer that cannot come.
+        self.answers_permissions = answers_permissions
         self._current: Session | None = None
         self._switch_callbacks: list[Callable[[Session], None]] = []
 

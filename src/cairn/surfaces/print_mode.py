@@ -94,6 +94,7 @@ async def _run(
             provider,
             settings=settings,
             permission_mode=args.permission_mode,
+            answers_permissions=True,
         )
         on_stderr = _StderrNotices()
         printer = _print_event if args.output_format == "stream-json" else on_stderr
