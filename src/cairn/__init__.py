@@ -37,6 +37,7 @@ from cairn.store import JsonlTranscriptStore, StoreError, TranscriptStore, read_
 from cairn.tokens import Tokenizer, estimate_message_tokens, estimate_tokens, get_tokenizer
 
 if _typing.TYPE_CHECKING:
+    from cairn.agent.agent_session import AgentSession, SessionBusyError
     from cairn.agent.loop import TurnError, run_turn
     from cairn.agent.session import Runtime
     from cairn.agent.settings import SettingsError
@@ -54,6 +55,8 @@ __version__ = "0.1.0"
 
 #: The names loaded on first use, and the module each comes from.
 _LAZY: _typing.Final[dict[str, str]] = {
+    "AgentSession": "cairn.agent.agent_session",
+    "SessionBusyError": "cairn.agent.agent_session",
     "CompactionConfig": "cairn.context",
     "CompactionFailedError": "cairn.context.pipeline",
     "ContextLimitError": "cairn.provider",
@@ -89,6 +92,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AgentSession",
     "CairnError",
     "CompactionConfig",
     "CompactionFailedError",
@@ -106,6 +110,7 @@ __all__ = [
     "RequestTooLargeError",
     "Round",
     "Runtime",
+    "SessionBusyError",
     "SettingsError",
     "StoreError",
     "TextPart",

@@ -350,6 +350,11 @@ class Runtime:
             raise RuntimeError("no session: call new_session() or resume()")
         return self._current
 
+    @property
+    def current_session(self) -> Session | None:
+        """The current session, or ``None`` before the first one is opened."""
+        return self._current
+
     def current_id(self) -> str:
         return self._current.id if self._current else ""
 
