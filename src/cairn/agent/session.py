@@ -47,14 +47,15 @@ from cairn.messages import KIND_COMPACT_SUMMARY, Message, new_id, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import (
-    JsonlTranscriptStore,
+    JsonlStoreFactory,
     SessionRecord,
     StateRecord,
+    StoreError,
+    StoreFactory,
+    TranscriptStore,
     new_session_id,
-    read_transcript,
-    session_path,
 )
-from cairn.store.paths import cairn_home, normalize_workspace, workspace_slug
+from cairn.store.paths import cairn_home, normalize_workspace
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,8 @@ class Session:
         self.model = runtime.model
         self.events = EventBus()
         self.status: SessionStatus = "idle"
-        self.path = session_path(self.workspace, session_id, runtime.home)
-        self.session_dir = self.path.with_suffix("")
+        stores = runtime.store_factory
+        self.session_dir = stores.artifacts_dir(self.workspace, session_id)
         self.state = SessionState(session_id, self.workspace)
         self._closed = False
         self._abort = asyncio.Event()
@@ -110,16 +111,16 @@ class Session:
         #: Notices found while opening (a damaged state record), shown by ``start()``
         #: once a surface listens.
         self._open_notices: list[str] = []
-        every_record = runtime.settings.store.fsync == "record"
         if resume:
-            store = JsonlTranscriptStore.open(self.path, fsync_every_record=every_record)
+            store = stores.open(self.workspace, session_id)
             self._restore_state(store)
         else:
-            store = JsonlTranscriptStore.create(
-                self.path,
+            store = stores.create(
+                self.workspace,
                 SessionRecord(session_id, str(self.workspace), model=self.model.model),
-                fsync_every_record=every_record,
             )
+        #: Where the transcript lives (hooks get it as ``transcript_path``).
+        self.path = store.path
         self.state.on_change = self._persist_state
         self.hooks = HookRunner(
             runtime.settings.hooks,
@@ -310,7 +311,7 @@ class Session:
             return
         self._store.append(StateRecord(STATE_KEY, state.to_json()))
 
-    def _restore_state(self, store: JsonlTranscriptStore) -> None:
+    def _restore_state(self, store: TranscriptStore) -> None:
         for record in reversed(store.transcript().records):
             if isinstance(record, StateRecord) and record.key == STATE_KEY:
                 self._open_notices += self.state.restore(record.value)
@@ -330,6 +331,7 @@ class Runtime:
         home: Path | None = None,
         permission_mode: PermissionMode = "ask",
         answers_permissions: bool = False,
+        store_factory: StoreFactory | None = None,
     ) -> None:
         self.workspace = Path(normalize_workspace(workspace))
         self.model = model
@@ -341,6 +343,10 @@ class Runtime:
         #: one, a call that needs permission is refused at once: nobody can be asked,
         #: and nothing may wait forever for an answer that cannot come.
         self.answers_permissions = answers_permissions
+        #: Every session is opened through it: another store plugs in here.
+        self.store_factory: StoreFactory = store_factory or JsonlStoreFactory(
+            self.home, fsync_every_record=self.settings.store.fsync == "record"
+        )
         self._current: Session | None = None
         self._switch_callbacks: list[Callable[[Session], None]] = []
 
@@ -377,8 +383,7 @@ class Runtime:
             if not listed:
                 raise LookupError(f"no session to resume in {self.workspace}")
             session_id = listed[0].id
-        path = session_path(self.workspace, session_id, self.home)
-        if not path.exists():
+        if not self.store_factory.exists(self.workspace, session_id):
             raise LookupError(f"no session {session_id!r} in {self.workspace}")
         self._switch(Session(self, session_id, resume=True))
         return self.current
@@ -389,17 +394,20 @@ class Runtime:
         return self.current
 
     def list_sessions(self) -> list[SessionInfo]:
-        folder = self.home / "projects" / workspace_slug(self.workspace)
         infos = []
-        for path in folder.glob("*.jsonl"):
+        for stored in self.store_factory.sessions(self.workspace):
             try:
-                transcript = read_transcript(path)
-            except Exception:
-                continue
+                transcript = self.store_factory.read(self.workspace, stored.session_id)
+            except StoreError:
+                continue  # listed by what it holds; one that cannot be read is skipped
             ui = [m for m in transcript.ui() if m.meta.kind != KIND_COMPACT_SUMMARY]
             first = next((m.text for m in ui if m.role == "user" and not m.meta.synthetic), "")
-            infos.append(SessionInfo(path.stem, path, first[:120], len(ui), path.stat().st_mtime))
-        return sorted(infos, key=lambda i: i.last_activity, reverse=True)
+            infos.append(
+                SessionInfo(
+                    stored.session_id, stored.location, first[:120], len(ui), stored.last_activity
+                )
+            )
+        return infos
 
     def close(self) -> None:
         if self._current is not None:

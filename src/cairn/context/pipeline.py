@@ -66,9 +66,9 @@ from cairn.messages import (
 )
 from cairn.provider.config import ModelConfig
 from cairn.provider.errors import ContextLimitError
-from cairn.store.base import StoreError, TranscriptStore, TranscriptWriteError
-from cairn.store.jsonl import JsonlTranscriptStore
-from cairn.store.paths import new_session_id, normalize_workspace, session_path
+from cairn.store.base import StoreError, StoreFactory, TranscriptStore, TranscriptWriteError
+from cairn.store.jsonl import JsonlStoreFactory
+from cairn.store.paths import new_session_id, normalize_workspace
 from cairn.store.records import (
     CheckpointError,
     CompactionRecord,
@@ -281,15 +281,21 @@ class ContextPipeline:
         hooks: CompactionHooks | None = None,
         restoration: RestorationSource | None = None,
         listener: CompactionListener | None = None,
+        store_factory: StoreFactory | None = None,
     ) -> ContextPipeline:
-        """Resume ``session_id`` in ``workspace``, or start a new session."""
+        """Resume ``session_id`` in ``workspace``, or start a new session.
+
+        Sessions are opened through ``store_factory`` (default: JSONL files
+        under ``home``), never a store class named here.
+        """
         session_id = session_id or new_session_id()
-        path = session_path(workspace, session_id, home)
-        if path.exists():
-            store = JsonlTranscriptStore.open(path)
+        stores = store_factory or JsonlStoreFactory(home)
+        folder = Path(workspace)
+        if stores.exists(folder, session_id):
+            store = stores.open(folder, session_id)
         else:
             header = SessionRecord(session_id, normalize_workspace(workspace))
-            store = JsonlTranscriptStore.create(path, header)
+            store = stores.create(folder, header)
         return cls(
             store,
             config,
@@ -298,7 +304,7 @@ class ContextPipeline:
             tool_effects=tool_effects,
             summarizer=summarizer,
             clock=clock,
-            artifacts_dir=path.with_suffix(""),
+            artifacts_dir=stores.artifacts_dir(folder, session_id),
             hooks=hooks,
             restoration=restoration,
             listener=listener,

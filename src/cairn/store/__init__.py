@@ -2,14 +2,16 @@
 
 from cairn.store.base import (
     NotATranscriptError,
+    StoredSession,
     StoreError,
+    StoreFactory,
     Transcript,
     TranscriptHeaderError,
     TranscriptLockedError,
     TranscriptStore,
     TranscriptWriteError,
 )
-from cairn.store.jsonl import JsonlTranscriptStore, read_transcript
+from cairn.store.jsonl import JsonlStoreFactory, JsonlTranscriptStore, read_transcript
 from cairn.store.paths import cairn_home, new_session_id, session_path, workspace_slug
 from cairn.store.records import (
     MAX_JSON_DEPTH,
@@ -40,6 +42,7 @@ __all__ = [
     "ContextEditRecord",
     "ErrorRecord",
     "HandoffRecord",
+    "JsonlStoreFactory",
     "JsonlTranscriptStore",
     "MessageRecord",
     "NotATranscriptError",
@@ -48,6 +51,8 @@ __all__ = [
     "SessionRecord",
     "StateRecord",
     "StoreError",
+    "StoreFactory",
+    "StoredSession",
     "Transcript",
     "TranscriptHeaderError",
     "TranscriptLockedError",

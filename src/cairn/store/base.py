@@ -107,3 +107,43 @@ class TranscriptStore(Protocol):
     def transcript(self) -> Transcript: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """One session a store holds for a workspace, as a picker lists it."""
+
+    session_id: str
+    #: Where it lives (the file for the JSONL store); shown to the user.
+    location: Path
+    last_activity: float
+
+
+class StoreFactory(Protocol):
+    """Opens the sessions of a workspace: the runtime never names a store class.
+
+    ``cairn.store.JsonlStoreFactory`` is the embedded default; another store
+    (a database shared by several machines) plugs in by implementing this.
+    """
+
+    def create(self, workspace: Path, header: SessionRecord) -> TranscriptStore:
+        """A new session (``header.session_id``); ``TranscriptWriteError`` if it exists."""
+        ...
+
+    def open(self, workspace: Path, session_id: str) -> TranscriptStore:
+        """An existing session, for writing; ``NotATranscriptError`` if there is none."""
+        ...
+
+    def exists(self, workspace: Path, session_id: str) -> bool: ...
+
+    def sessions(self, workspace: Path) -> list[StoredSession]:
+        """This workspace's sessions, newest first."""
+        ...
+
+    def read(self, workspace: Path, session_id: str) -> Transcript:
+        """A session's records, read-only (another process may be writing it)."""
+        ...
+
+    def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
+        """The local folder for a session's saved outputs (oversized tool results, plans)."""
+        ...

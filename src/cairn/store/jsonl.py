@@ -34,6 +34,7 @@ from types import TracebackType
 from cairn.durable import fsync_dir, write_all
 from cairn.store.base import (
     NotATranscriptError,
+    StoredSession,
     StoreError,
     Transcript,
     TranscriptHeaderError,
@@ -41,6 +42,7 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
+from cairn.store.paths import session_path
 from cairn.store.records import (
     CompactionRecord,
     Record,
@@ -471,3 +473,46 @@ def _move_aside(path: Path, torn: bytes) -> Path:
 def _conforms(store: JsonlTranscriptStore) -> TranscriptStore:
     """Static proof (checked by mypy) that the JSONL store implements the interface."""
     return store
+
+
+class JsonlStoreFactory:
+    """Sessions as JSONL files under ``HOME/projects/<workspace slug>/<id>.jsonl``."""
+
+    def __init__(self, home: Path | None = None, *, fsync_every_record: bool = False) -> None:
+        self._home = home
+        self._fsync_every_record = fsync_every_record
+
+    def path(self, workspace: Path, session_id: str) -> Path:
+        return session_path(workspace, session_id, self._home)
+
+    def create(self, workspace: Path, header: SessionRecord) -> JsonlTranscriptStore:
+        return JsonlTranscriptStore.create(
+            self.path(workspace, header.session_id),
+            header,
+            fsync_every_record=self._fsync_every_record,
+        )
+
+    def open(self, workspace: Path, session_id: str) -> JsonlTranscriptStore:
+        return JsonlTranscriptStore.open(
+            self.path(workspace, session_id), fsync_every_record=self._fsync_every_record
+        )
+
+    def exists(self, workspace: Path, session_id: str) -> bool:
+        return self.path(workspace, session_id).exists()
+
+    def sessions(self, workspace: Path) -> list[StoredSession]:
+        folder = self.path(workspace, "x").parent
+        found = []
+        for path in folder.glob("*.jsonl"):
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue  # removed meanwhile
+            found.append(StoredSession(path.stem, path, mtime))
+        return sorted(found, key=lambda s: s.last_activity, reverse=True)
+
+    def read(self, workspace: Path, session_id: str) -> Transcript:
+        return read_transcript(self.path(workspace, session_id))
+
+    def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
+        return self.path(workspace, session_id).with_suffix("")

@@ -1,0 +1,108 @@
+"""The runtime opens every session through a StoreFactory, so another store can plug in."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from cairn.agent.loop import run_turn
+from cairn.agent.session import Runtime
+from cairn.agent.settings import Settings
+from cairn.context import CompactionConfig, ContextPipeline
+from cairn.messages import user
+from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.store import (
+    JsonlStoreFactory,
+    SessionRecord,
+    StoredSession,
+    StoreFactory,
+    Transcript,
+    TranscriptStore,
+)
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    openai_server_fixture,
+)
+
+
+class Elsewhere:
+    """A store factory of its own: JSONL files in a folder of its choosing, calls recorded."""
+
+    def __init__(self, root: Path) -> None:
+        self.calls: list[str] = []
+        self._files = JsonlStoreFactory(root)
+        self.root = root
+
+    def create(self, workspace: Path, header: SessionRecord) -> TranscriptStore:
+        self.calls.append(f"create {header.session_id}")
+        return self._files.create(workspace, header)
+
+    def open(self, workspace: Path, session_id: str) -> TranscriptStore:
+        self.calls.append(f"open {session_id}")
+        return self._files.open(workspace, session_id)
+
+    def exists(self, workspace: Path, session_id: str) -> bool:
+        return self._files.exists(workspace, session_id)
+
+    def sessions(self, workspace: Path) -> list[StoredSession]:
+        self.calls.append("sessions")
+        return self._files.sessions(workspace)
+
+    def read(self, workspace: Path, session_id: str) -> Transcript:
+        return self._files.read(workspace, session_id)
+
+    def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
+        return self._files.artifacts_dir(workspace, session_id)
+
+
+def _conforms(factory: Elsewhere) -> StoreFactory:
+    return factory
+
+
+def test_the_runtime_creates_resumes_and_lists_through_its_factory(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    stores = Elsewhere(tmp_path / "elsewhere")
+    model = ModelConfig(model="test-model", base_url=openai_server.base_url, context_window=32_768)
+    rt = Runtime(
+        workspace,
+        model,
+        OpenAIProvider(model),
+        settings=Settings(),
+        home=tmp_path / "home",
+        store_factory=_conforms(stores),
+    )
+    session = rt.new_session()
+    asyncio.run(run_turn(session, "hello"))
+    first = session.id
+    rt.clear()
+    listed = rt.list_sessions()
+    resumed = rt.resume(first)
+    rt.close()
+    assert stores.calls[:2] == [f"create {first}", f"create {listed[0].id}"]
+    assert "sessions" in stores.calls and stores.calls[-1] == f"open {first}"
+    assert {s.id for s in listed} == {first, resumed.id} | {listed[0].id}
+    # Nothing was written under the runtime's home: only where the factory put it.
+    assert not list((tmp_path / "home").rglob("*.jsonl"))
+    assert session.path.is_relative_to(tmp_path / "elsewhere")
+    assert resumed.ui_messages()[0].text == "hello"
+
+
+def test_the_pipeline_opens_through_a_factory_too(tmp_path: Path) -> None:
+    stores = Elsewhere(tmp_path / "elsewhere")
+    model = ModelConfig(model="m", context_window=32_768)
+    p = ContextPipeline.open(
+        tmp_path / "ws", CompactionConfig(), model=model, session_id="s1", store_factory=stores
+    )
+    p.add(user("hi"))
+    p.close()
+    again = ContextPipeline.open(
+        tmp_path / "ws", CompactionConfig(), model=model, session_id="s1", store_factory=stores
+    )
+    assert [m.text for m in again.messages] == ["hi"]
+    again.close()
+    assert stores.calls == ["create s1", "open s1"]
+    assert again.transcript_path.is_relative_to(tmp_path / "elsewhere")
