@@ -30,13 +30,13 @@ from cairn.context.calibration import (
     measure,
     sharper,
 )
-from cairn.context.pipeline import RequestTooLargeError
-from cairn.context.summarize import (
+from cairn.context.llm_summarizer import (
     LLMSummarizer,
     check_gates,
     fit_fork_input,
     nothing_to_compact,
 )
+from cairn.context.pipeline import RequestTooLargeError
 from cairn.messages import (
     Message,
     ToolCall,

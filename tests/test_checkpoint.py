@@ -37,7 +37,7 @@ from cairn.context.ledger import (
     saved_message_path,
     stub_text,
 )
-from cairn.context.summarize import LLMSummarizer
+from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.summarizer import SummaryRequest
 from cairn.context.tracker import FixedContext
 from cairn.messages import (

@@ -44,12 +44,12 @@ from cairn.context import CompactionConfig, ContextPipeline, FixedContext, OnFai
 from cairn.context.budget import input_budget
 from cairn.context.effects import ToolEffect
 from cairn.context.ledger import LEDGER_HEADINGS
+from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.pipeline import (
     CompactionFailedError,
     ContextWindowExceededError,
     RequestTooLargeError,
 )
-from cairn.context.summarize import LLMSummarizer
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     Message,

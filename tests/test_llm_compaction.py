@@ -22,13 +22,13 @@ from cairn.agent.hooks import HookRunner
 from cairn.agent.settings import HooksSettings
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.hooks import CompactionBlockedError
+from cairn.context.llm_summarizer import TOOL_REJECTION, LLMSummarizer
 from cairn.context.pipeline import (
     CompactionFailedError,
     ContextWindowExceededError,
     RequestTooLargeError,
 )
 from cairn.context.restore import BackgroundTask, FileRead, InvokedSkill, PlanState
-from cairn.context.summarize import TOOL_REJECTION, LLMSummarizer
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     KIND_PLAN_REMINDER,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cairn.context.ledger import normalize_ledger
-from cairn.context.summarize import extract_summary
+from cairn.context.llm_summarizer import extract_summary
 from cairn.store import CompactionRecord, read_transcript
 from cli_run import cairn_p
 from llama_server import (  # noqa: F401  (the fixtures register themselves by import)

@@ -12,7 +12,7 @@ from cairn.context.ledger import (
     place_exact_records,
     place_host_facts,
 )
-from cairn.context.summarize import (
+from cairn.context.llm_summarizer import (
     FILE_ELIDED,
     IMAGE_PLACEHOLDER,
     check_gates,

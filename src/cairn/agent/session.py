@@ -42,7 +42,7 @@ from cairn.agent.tools.skill import SkillTool
 from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
 from cairn.context import ContextPipeline, FixedContext
 from cairn.context.hooks import SessionStartSource, session_start_reminder
-from cairn.context.summarize import LLMSummarizer
+from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.messages import KIND_COMPACT_SUMMARY, Message, new_id, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig

@@ -21,8 +21,8 @@ from cairn.agent.tools.base import ToolContext
 from cairn.agent.tools.registry import ToolRegistry
 from cairn.agent.tools.task import SubagentError
 from cairn.context.config import CompactionConfig
+from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.pipeline import ContextPipeline
-from cairn.context.summarize import LLMSummarizer
 from cairn.context.tracker import FixedContext
 from cairn.messages import system
 from cairn.prompts import load_prompt

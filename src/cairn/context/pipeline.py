@@ -36,6 +36,7 @@ from cairn.context.hooks import (
     NoHooks,
     session_start_reminder,
 )
+from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, nothing_to_compact
 from cairn.context.restore import RestorationSource, build_restoration
 from cairn.context.snip import (
     apply_edits,
@@ -44,7 +45,6 @@ from cairn.context.snip import (
     snip_target,
     snip_worth_it,
 )
-from cairn.context.summarize import MAX_SUMMARY_TOKENS, nothing_to_compact
 from cairn.context.summarizer import (
     FallbackSummarizer,
     Summarizer,

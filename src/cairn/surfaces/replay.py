@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cairn.context.config import CompactionConfig
-from cairn.context.summarize import LLMSummarizer
+from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.summarizer import Summarizer
 from cairn.errors import CairnError
 from cairn.provider import OpenAIProvider, model_from_env
