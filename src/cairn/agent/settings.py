@@ -39,13 +39,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeAlias, Union, cast, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeAlias, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cairn.agent.validation import describe_validation_error, json_type
 from cairn.context.config import CompactionConfig
 from cairn.context.hooks import SessionStartSource
 from cairn.errors import CairnError
@@ -61,7 +61,6 @@ SESSION_START_SOURCES: tuple[SessionStartSource, ...] = get_args(SessionStartSou
 SETTINGS_FILE = "settings.json"
 PROJECT_DIR = ".cairn"
 #: Errors listed in one ``SettingsError`` before "… and N more".
-_MAX_LISTED_ERRORS = 10
 _PLAIN_MATCHER = re.compile(r"[A-Za-z0-9_|]+")
 
 
@@ -247,7 +246,7 @@ def _load_files(workspace: Path, home: Path | None) -> Settings:
         # Each file was valid alone; only a cross-field rule (handoff_ratio <=
         # compact_ratio) can fail once they are combined.
         where = f"{project_path} combined with {user_path}"
-        raise SettingsError(_describe(where, exc), project_path) from None
+        raise SettingsError(describe_validation_error(where, exc, Settings), project_path) from None
 
 
 def read_settings_file(path: Path) -> dict[str, Any] | None:
@@ -267,13 +266,13 @@ def read_settings_file(path: Path) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         raise SettingsError(
             f"invalid settings in {path}: the top level must be a JSON object, "
-            f"not {_json_type(raw)}",
+            f"not {json_type(raw)}",
             path,
         )
     try:
         Settings.model_validate(raw)
     except ValidationError as exc:
-        raise SettingsError(_describe(str(path), exc), path) from None
+        raise SettingsError(describe_validation_error(str(path), exc, Settings), path) from None
     return raw
 
 
@@ -295,92 +294,3 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
     except OSError:
         return False
-
-
-def _describe(where: str, exc: ValidationError) -> str:
-    errors = exc.errors(include_url=False)
-    lines = [f"invalid settings in {where}:"]
-    lines.extend(f"  {_describe_error(e)}" for e in errors[:_MAX_LISTED_ERRORS])
-    if len(errors) > _MAX_LISTED_ERRORS:
-        lines.append(f"  … and {len(errors) - _MAX_LISTED_ERRORS} more")
-    return "\n".join(lines)
-
-
-def _describe_error(error: Mapping[str, Any]) -> str:
-    loc: tuple[int | str, ...] = tuple(error["loc"])
-    path = _key_path(loc) or "(top level)"
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        allowed = _allowed_keys(loc[:-1])
-        listed = f"; allowed: {', '.join(allowed)}" if allowed else ""
-        return f"{path}: unknown key{listed}"
-    if kind == "missing":
-        return f"{path}: required key is missing"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    message = {
-        "tuple_type": "must be a JSON array",
-        "model_type": "must be a JSON object",
-        "model_attributes_type": "must be a JSON object",
-        "dict_type": "must be a JSON object",
-    }.get(kind, message)
-    value = error.get("input")
-    got = "" if isinstance(value, dict | list) else f" (got {_short_json(value)})"
-    return f"{path}: {message}{got}"
-
-
-def _key_path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
-def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:
-    """The keys the object at ``loc`` accepts, found by walking the models' annotations."""
-    tp: Any = Settings
-    for part in loc:
-        tp = _without_none(tp)
-        if isinstance(part, int):
-            args = get_args(tp)
-            if not args:
-                return []
-            tp = args[0]
-        elif isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
-            tp = tp.model_fields[part].annotation
-        else:
-            return []
-    tp = _without_none(tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return [field.alias or name for name, field in tp.model_fields.items()]
-    return []
-
-
-def _without_none(tp: Any) -> Any:
-    if get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return "null" if value is None else type(value).__name__
-
-
-def _short_json(value: object) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "…"
