@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    openai_server_fixture,
+)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -36,3 +43,29 @@ def test_readme_example_runs(name: str, tmp_path: Path) -> None:
     # ... and a manual /compact shrinks the context with the deterministic fallback.
     pre, post = re.findall(r"(\d+) → (\d+) tokens \(fallback\)", lines[-1])[0]
     assert int(post) < int(pre)
+
+
+def test_readme_agent_example_runs_against_the_local_server(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CAIRN_", "OPENAI_"))},
+        "CAIRN_MODEL": "test-model",
+        "OPENAI_BASE_URL": openai_server.base_url,
+        "OPENAI_API_KEY": "test",
+    }
+    openai_server.script(Reply(text="Hello!"))
+    done = subprocess.run(
+        [sys.executable, "-c", example("agent")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "messageAdded" in lines and "statusChange" in lines
+    assert "answer: Hello!" in lines
+    assert any(line.startswith("usage: SessionUsage(latest_total_tokens=") for line in lines)
+    assert any("nothing to compact" in line for line in lines)
