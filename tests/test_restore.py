@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cairn.context.front_matter import split_front_matter
 from cairn.context.restore import (
     MAX_FILE_TOKENS,
     MAX_RESTORED_FILES,
@@ -27,7 +28,6 @@ from cairn.context.restore import (
     plan_mode_reminder,
     render_skill,
     select_recent_files,
-    split_front_matter,
 )
 from cairn.messages import (
     KIND_PLAN_REMINDER,

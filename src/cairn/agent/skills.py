@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.agent.tools.paths import OutsideRootsError, Root, open_beneath, read_all
-from cairn.context.restore import split_front_matter
+from cairn.context.front_matter import split_front_matter
 from cairn.store.paths import cairn_home
 
 SKILL_FILE = "SKILL.md"
