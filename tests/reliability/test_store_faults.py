@@ -64,8 +64,9 @@ from cairn.store import (
     session_path,
     ui_view,
 )
+from cairn.store.inspection import inspect_transcript
 from cairn.store.records import check_checkpoint, encode_record, record_to_dict
-from cairn.surfaces.inspect import inspect_transcript, run_inspect
+from cairn.surfaces.inspect import run_inspect
 from openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -77,14 +77,9 @@ from cairn.store import (
     TranscriptWriteError,
     read_transcript,
 )
+from cairn.store.inspection import InspectError, inspect_transcript, summary_to_dict, view_to_list
 from cairn.store.records import encode_record
-from cairn.surfaces.inspect import (
-    InspectError,
-    inspect_transcript,
-    run_inspect,
-    summary_to_dict,
-    view_to_list,
-)
+from cairn.surfaces.inspect import run_inspect
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = ROOT / ".venv" / "bin" / "cairn"

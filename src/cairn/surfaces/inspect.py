@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, TypeAlias
+from typing import IO
 
 import orjson
 from rich import box
@@ -27,32 +27,23 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from cairn.errors import CairnError
 from cairn.messages import (
     KIND_CHAT,
     KIND_COMPACT_SUMMARY,
-    JSONObject,
     JSONValue,
     Message,
-    find_orphans,
-    message_to_dict,
 )
-from cairn.store import (
-    ApiView,
-    CompactionRecord,
-    ContextEditRecord,
-    ErrorRecord,
-    HandoffRecord,
-    MessageRecord,
-    NotATranscriptError,
-    SessionRecord,
-    StateRecord,
-    Transcript,
-    read_transcript,
+from cairn.store.inspection import (
+    CompactionInfo,
+    InspectError,
+    Inspection,
+    ViewName,
+    inspect_transcript,
+    plural,
+    summary_to_dict,
+    view_to_list,
 )
 from cairn.tokens import estimate_message_tokens
-
-ViewName: TypeAlias = Literal["ui", "api"]
 
 #: Exit code for a path that cannot be inspected (as for a usage error).
 EXIT_UNUSABLE = 2
@@ -64,196 +55,8 @@ SUMMARY_ROWS = 50
 SUMMARY_COMPACTIONS = 20
 SUMMARY_WARNINGS = 20
 
-#: Record type names as written in the file, in the order the summary lists them.
-RECORD_TYPES: tuple[str, ...] = tuple(
-    cls.TYPE
-    for cls in (
-        SessionRecord,
-        MessageRecord,
-        HandoffRecord,
-        ContextEditRecord,
-        CompactionRecord,
-        StateRecord,
-        ErrorRecord,
-    )
-)
-
 #: Short names for the kind column, so the table fits 80 columns.
 _KIND_LABELS = {KIND_COMPACT_SUMMARY: "compact", "restoration": "restore"}
-
-
-class InspectError(CairnError):
-    """The path cannot be inspected; the message names the problem in one line."""
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionInfo:
-    id: str
-    ts: str
-    trigger: str
-    strategy: str
-    pre_tokens: int
-    post_tokens: int
-    replacement_messages: int
-    valid: bool
-
-    def to_dict(self) -> JSONObject:
-        return {
-            "id": self.id,
-            "ts": self.ts,
-            "trigger": self.trigger,
-            "strategy": self.strategy,
-            "pre_tokens": self.pre_tokens,
-            "post_tokens": self.post_tokens,
-            "replacement_messages": self.replacement_messages,
-            "valid": self.valid,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Inspection:
-    """A loaded transcript with both views and the figures derived from them."""
-
-    transcript: Transcript
-    file_bytes: int
-    api: ApiView
-    ui: list[Message]
-    api_tokens: list[int]
-    record_types: dict[str, int]
-    compactions: list[CompactionInfo]
-    warnings: list[str]
-
-    @property
-    def api_tokens_estimate(self) -> int:
-        return sum(self.api_tokens)
-
-    @property
-    def compact_blocks(self) -> int:
-        return sum(1 for c in self.compactions if c.valid)
-
-    @property
-    def error_blocks(self) -> int:
-        return self.record_types.get("error", 0)
-
-
-def inspect_transcript(path: str | Path) -> Inspection:
-    """Load ``path`` read-only and derive everything ``cairn inspect`` shows.
-
-    Raises ``InspectError`` when the path cannot be inspected at all.
-    """
-    path = Path(path)
-    transcript = _load(path)
-    try:
-        return _inspect(path, transcript)
-    except Exception as exc:  # a bug deriving the views must not become a traceback either
-        raise InspectError(f"{path}: cannot inspect ({type(exc).__name__}: {exc})") from None
-
-
-def _inspect(path: Path, transcript: Transcript) -> Inspection:
-    api = transcript.api()
-    ui = transcript.ui(api)
-    records = transcript.records
-
-    record_types = dict.fromkeys(RECORD_TYPES, 0)
-    for record in records:
-        record_types[record.TYPE] += 1
-
-    compactions = [
-        CompactionInfo(
-            id=r.id,
-            ts=r.ts,
-            trigger=r.trigger,
-            strategy=r.strategy,
-            pre_tokens=r.pre_tokens,
-            post_tokens=r.post_tokens,
-            replacement_messages=len(r.replacement_messages),
-            valid=r.id not in api.ignored_checkpoints,
-        )
-        for r in records
-        if isinstance(r, CompactionRecord)
-    ]
-
-    warnings = [*transcript.warnings, *api.warnings]
-    orphans = find_orphans(api.messages)
-    if orphans.calls:
-        warnings.append(
-            f"API view: {_plural(len(orphans.calls), 'tool call')} without a result "
-            f"({', '.join(orphans.calls)}); the session may have stopped mid-turn"
-        )
-    if orphans.results:
-        warnings.append(
-            f"API view: {_plural(len(orphans.results), 'tool result')} without a call "
-            f"({', '.join(orphans.results)})"
-        )
-
-    return Inspection(
-        transcript=transcript,
-        file_bytes=_file_size(path),
-        api=api,
-        ui=ui,
-        api_tokens=[estimate_message_tokens(m) for m in api.messages],
-        record_types=record_types,
-        compactions=compactions,
-        warnings=warnings,
-    )
-
-
-def _load(path: Path) -> Transcript:
-    try:
-        transcript = read_transcript(path)
-    except NotATranscriptError as exc:
-        raise InspectError(str(exc)) from None
-    except Exception as exc:  # a loader bug must not become a traceback
-        raise InspectError(f"{path}: cannot load ({type(exc).__name__}: {exc})") from None
-    if not transcript.records:
-        raise InspectError(f"{path} is empty (no transcript records)")
-    return transcript
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-# ---------------------------------------------------------------------------
-# JSON
-
-
-def summary_to_dict(inspection: Inspection) -> JSONObject:
-    """The ``--json`` summary: one object, stable keys."""
-    transcript = inspection.transcript
-    header = transcript.header
-    api = inspection.api
-    orphans = find_orphans(api.messages)
-    record_types: JSONObject = dict(inspection.record_types.items())
-    return {
-        "path": str(transcript.path),
-        "file_bytes": inspection.file_bytes,
-        "session_id": transcript.session_id,
-        "workspace": header.workspace if header else None,
-        "model": header.model if header else None,
-        "started": header.ts if header else None,
-        "records": len(transcript.records),
-        "record_types": record_types,
-        "bad_lines": transcript.bad_lines,
-        "ui_messages": len(inspection.ui),
-        "compact_blocks": inspection.compact_blocks,
-        "error_blocks": inspection.error_blocks,
-        "api_messages": len(api.messages),
-        "api_tokens_estimate": inspection.api_tokens_estimate,
-        "api_checkpoint_id": api.checkpoint_id,
-        "checkpoints": {"valid": api.valid_checkpoints, "invalid": len(api.ignored_checkpoints)},
-        "compactions": [c.to_dict() for c in inspection.compactions],
-        "orphans": {"calls": list(orphans.calls), "results": list(orphans.results)},
-        "warnings": list(inspection.warnings),
-    }
-
-
-def view_to_list(inspection: Inspection, view: ViewName) -> list[JSONValue]:
-    messages = inspection.api.messages if view == "api" else inspection.ui
-    return [message_to_dict(m) for m in messages]
 
 
 def _write_json(value: JSONValue, out: IO[str]) -> None:
@@ -297,8 +100,8 @@ def render_summary(inspection: Inspection) -> RenderableType:
     fact(
         "UI view",
         f"{len(inspection.ui):,} messages "
-        f"({_plural(inspection.compact_blocks, 'compact block')}, "
-        f"{_plural(inspection.error_blocks, 'error block')})",
+        f"({plural(inspection.compact_blocks, 'compact block')}, "
+        f"{plural(inspection.error_blocks, 'error block')})",
     )
     start = f"from checkpoint {api.checkpoint_id}" if api.checkpoint_id else "from the file start"
     fact(
@@ -325,7 +128,7 @@ def render_summary(inspection: Inspection) -> RenderableType:
         ]
         if len(compactions) > SUMMARY_COMPACTIONS:
             hidden = len(compactions) - SUMMARY_COMPACTIONS
-            parts.append(_more(f"{_plural(hidden, 'earlier compaction')}", f"{command} --json"))
+            parts.append(_more(f"{plural(hidden, 'earlier compaction')}", f"{command} --json"))
     parts += [Text(""), *_warnings(inspection.warnings, f"{command} --json")]
 
     messages = api.messages
@@ -345,7 +148,7 @@ def render_summary(inspection: Inspection) -> RenderableType:
         ),
     ]
     if first:
-        parts.append(_more(f"{_plural(first, 'earlier message')}", f"{command} --view api"))
+        parts.append(_more(f"{plural(first, 'earlier message')}", f"{command} --view api"))
     return Group(*parts)
 
 
@@ -389,7 +192,7 @@ def _warnings(warnings: Sequence[str], command: str) -> list[RenderableType]:
     lines: list[RenderableType] = [Text(f"Warnings ({len(warnings):,})", style="bold yellow")]
     lines += [Text(f"• {w}") for w in warnings[:SUMMARY_WARNINGS]]
     if len(warnings) > SUMMARY_WARNINGS:
-        lines.append(_more(_plural(len(warnings) - SUMMARY_WARNINGS, "more warning"), command))
+        lines.append(_more(plural(len(warnings) - SUMMARY_WARNINGS, "more warning"), command))
     return lines
 
 
@@ -537,7 +340,7 @@ def preview(message: Message, limit: int = PREVIEW_CHARS) -> str:
         text = "; ".join(f"{c.name} {' '.join(c.arguments.split())}" for c in message.tool_calls)
     images = len(message.images)
     if images:
-        text = f"[{_plural(images, 'image')}] {text}".rstrip()
+        text = f"[{plural(images, 'image')}] {text}".rstrip()
     if not text and message.reasoning:
         text = "(reasoning only)"
     if len(text) > limit:
@@ -547,10 +350,6 @@ def preview(message: Message, limit: int = PREVIEW_CHARS) -> str:
 
 def _int_text(value: JSONValue | None) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _size(n: int) -> str:
