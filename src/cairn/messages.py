@@ -42,6 +42,25 @@ def new_id(prefix: str = "msg") -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
+def json_kind(value: object) -> str:
+    """How an error message names a JSON value's type: ``null``, ``a string``, ``an array`` …"""
+    match value:
+        case None:
+            return "null"
+        case bool():
+            return "a boolean"
+        case int() | float():
+            return "a number"
+        case str():
+            return "a string"
+        case list() | tuple():
+            return "an array"
+        case dict():
+            return "an object"
+        case _:
+            return type(value).__name__
+
+
 # A Python ``str`` holds astral characters as single code points, so any
 # surrogate code point in one is a lone half: undecodable bytes smuggled in
 # (``surrogateescape`` file names, raw tool output) or a bad ``\ud800`` escape.

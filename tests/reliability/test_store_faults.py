@@ -487,7 +487,7 @@ def test_restore_skips_each_bad_part_of_a_state_snapshot_with_a_warning() -> Non
         "state 'reads' item 4 field 'read_at' is not a finite number; skipped",
         "state 'reads' item 5 is a string, not an object; skipped",
         "state 'plan_file' field 'plan_file' is a number, not a string; plan mode not restored",
-        "state 'skills' item 0 field 'name' is a list, not a string; skipped",
+        "state 'skills' item 0 field 'name' is an array, not a string; skipped",
         "state 'tasks' is an object, not a list; skipped",
         "state 'todos' item 0 field 'content' is an object, not a string; skipped",
     ]

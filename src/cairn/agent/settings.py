@@ -45,10 +45,11 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cairn.agent.validation import describe_validation_error, json_type
+from cairn.agent.validation import describe_validation_error
 from cairn.context.config import CompactionConfig
 from cairn.context.hooks import SessionStartSource
 from cairn.errors import CairnError
+from cairn.messages import json_kind
 from cairn.provider.config import ModelEntry
 from cairn.store.paths import cairn_home
 from cairn.store.records import Trigger
@@ -266,7 +267,7 @@ def read_settings_file(path: Path) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         raise SettingsError(
             f"invalid settings in {path}: the top level must be a JSON object, "
-            f"not {json_type(raw)}",
+            f"not {json_kind(raw)}",
             path,
         )
     try:

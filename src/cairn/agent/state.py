@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from cairn.context.restore import BackgroundTask, FileRead, InvokedSkill, PlanState
-from cairn.messages import JSONObject, JSONValue
+from cairn.messages import JSONObject, JSONValue, json_kind
 
 STATE_KEY = "agent_state"
 _T = TypeVar("_T")
@@ -123,7 +123,7 @@ class SessionState:
         rest is restored.
         """
         if not isinstance(data, dict):
-            return [f"state snapshot is {_kind(data)}, not an object; ignored"]
+            return [f"state snapshot is {json_kind(data)}, not an object; ignored"]
         warnings: list[str] = []
         self.reads = _restore_items(data, "reads", warnings, self._read)
         self.plan = _plan(data.get("plan_file"), warnings)
@@ -152,13 +152,13 @@ def _restore_items(
     if raw is None:
         return []
     if not isinstance(raw, list):
-        warnings.append(f"state '{key}' is {_kind(raw)}, not a list; skipped")
+        warnings.append(f"state '{key}' is {json_kind(raw)}, not a list; skipped")
         return []
     items: list[_T] = []
     for index, item in enumerate(raw):
         try:
             if not isinstance(item, dict):
-                raise _BadPartError(f"is {_kind(item)}, not an object")
+                raise _BadPartError(f"is {json_kind(item)}, not an object")
             items.append(build(item))
         except _BadPartError as exc:
             warnings.append(f"state '{key}' item {index} {exc}; skipped")
@@ -178,7 +178,7 @@ def _plan(raw: JSONValue, warnings: list[str]) -> PlanState | None:
 def _skill(item: dict[str, JSONValue]) -> InvokedSkill:
     body = item.get("body_as_seen")
     if body is not None and not isinstance(body, str):
-        raise _BadPartError(f"field 'body_as_seen' is {_kind(body)}, not a string")
+        raise _BadPartError(f"field 'body_as_seen' is {json_kind(body)}, not a string")
     return InvokedSkill(
         _text(item, "name", required=True),
         _path(item, "skill_file"),
@@ -202,7 +202,7 @@ def _todo(item: dict[str, JSONValue]) -> Todo:
 def _text(item: dict[str, JSONValue], key: str, *, required: bool = False) -> str:
     value = item.get(key, "")
     if not isinstance(value, str):
-        raise _BadPartError(f"field '{key}' is {_kind(value)}, not a string")
+        raise _BadPartError(f"field '{key}' is {json_kind(value)}, not a string")
     if required and not value:
         raise _BadPartError(f"field '{key}' is missing or empty")
     return value
@@ -218,7 +218,7 @@ def _path(item: dict[str, JSONValue], key: str) -> Path:
 def _timestamp(item: dict[str, JSONValue], key: str) -> float:
     value = item.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise _BadPartError(f"field '{key}' is {_kind(value)}, not a number")
+        raise _BadPartError(f"field '{key}' is {json_kind(value)}, not a number")
     try:
         number = float(value)
     except (ValueError, OverflowError):
@@ -226,22 +226,3 @@ def _timestamp(item: dict[str, JSONValue], key: str) -> float:
     if not math.isfinite(number):
         raise _BadPartError(f"field '{key}' is not a finite number")
     return number
-
-
-def _kind(value: object) -> str:
-    """How a warning names a JSON value's type."""
-    match value:
-        case None:
-            return "null"
-        case bool():
-            return "a boolean"
-        case int() | float():
-            return "a number"
-        case str():
-            return "a string"
-        case list():
-            return "a list"
-        case dict():
-            return "an object"
-        case _:
-            return f"a {type(value).__name__}"

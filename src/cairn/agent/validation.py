@@ -88,19 +88,6 @@ def _without_none(tp: Any) -> Any:
     return tp
 
 
-def json_type(value: object) -> str:
-    """How a JSON value is named in an error: ``an array``, ``a string`` …"""
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return "null" if value is None else type(value).__name__
-
-
 def _short_json(value: object) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)

@@ -43,6 +43,7 @@ from cairn.messages import (
     ToolCall,
     Usage,
     find_orphans,
+    json_kind,
     scrub,
 )
 from cairn.replay.session import RecordedSession, SessionImportError
@@ -290,21 +291,7 @@ def label_of(value: object) -> str | None:
 
 
 def kind_of(value: object) -> str:
-    match value:
-        case None:
-            return "null"
-        case bool():
-            return "a boolean"
-        case int() | float():
-            return "a number"
-        case str():
-            return "a string"
-        case list():
-            return "an array"
-        case dict():
-            return "an object"
-        case _:
-            return type(value).__name__
+    return json_kind(value)
 
 
 def dump_json(value: object, where: str) -> str:
