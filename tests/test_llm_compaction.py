@@ -28,10 +28,11 @@ from cairn.context.pipeline import (
     ContextWindowExceededError,
     RequestTooLargeError,
 )
-from cairn.context.restore import BackgroundTask, FileRead, InvokedSkill, PlanState
+from cairn.context.restoration_source import BackgroundTask, FileRead, InvokedSkill, PlanState
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     KIND_PLAN_REMINDER,
+    JSONObject,
     Message,
     ToolCall,
     Usage,
@@ -66,7 +67,7 @@ SUMMARY = (
     "## Open risks or blockers\n(none)\n"
     "## Exact next action\nRun the full suite.\n</summary>"
 )
-TOOLS = (
+TOOLS: tuple[JSONObject, ...] = (
     {
         "type": "function",
         "function": {

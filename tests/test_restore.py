@@ -16,14 +16,11 @@ from pathlib import Path
 import pytest
 
 from cairn.context.front_matter import split_front_matter
+from cairn.context.restoration_source import BackgroundTask, FileRead, InvokedSkill, PlanState
 from cairn.context.restore import (
     MAX_FILE_TOKENS,
     MAX_RESTORED_FILES,
     SKILL_DIR_PLACEHOLDER,
-    BackgroundTask,
-    FileRead,
-    InvokedSkill,
-    PlanState,
     build_restoration,
     plan_mode_reminder,
     render_skill,

@@ -17,10 +17,10 @@ from cairn.agent.skills import Skill, SkillCatalog, discover_skills, skills_prom
 from cairn.agent.state import SessionState
 from cairn.agent.tools.base import Tool, ToolContext, ToolResult, tool_schema
 from cairn.agent.tools.skill import SkillTool
+from cairn.context.restoration_source import InvokedSkill
 from cairn.context.restore import (
     SKILL_BASE_PREFIX,
     SKILL_DIR_PLACEHOLDER,
-    InvokedSkill,
     build_restoration,
     render_skill,
 )

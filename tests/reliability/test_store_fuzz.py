@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 from soak import count, record
 
 from cairn.agent.state import STATE_KEY, SessionState, Todo
-from cairn.context.restore import BackgroundTask, InvokedSkill
+from cairn.context.restoration_source import BackgroundTask, InvokedSkill
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     KIND_HANDOFF,
@@ -423,6 +423,18 @@ def _edit_kept(line: bytes, which: int, raw: bytes) -> bytes:
     return text.replace(orjson.dumps(_SLOT), raw) + b"\n"
 
 
+def _int(value: object) -> int:
+    """An operation's integer argument (the strategies above draw only ints)."""
+    assert isinstance(value, int)
+    return value
+
+
+def _bytes(value: object) -> bytes:
+    """An operation's bytes argument (the strategies above draw only bytes)."""
+    assert isinstance(value, bytes)
+    return value
+
+
 def damage(data: bytes, ops: list[tuple[object, ...]]) -> bytes:
     for op in ops:
         kind, *args = op
@@ -430,16 +442,16 @@ def damage(data: bytes, ops: list[tuple[object, ...]]) -> bytes:
         size = max(len(data), 1)
 
         def pick(n: object, lines: list[bytes] = lines) -> int:
-            return int(n) % len(lines)  # type: ignore[call-overload]
+            return _int(n) % len(lines)
 
         if kind == "truncate":
-            data = data[: int(args[0]) % (len(data) + 1)]
+            data = data[: _int(args[0]) % (len(data) + 1)]
         elif kind == "flip":
-            at = int(args[0]) % size
+            at = _int(args[0]) % size
             if data:
-                data = data[:at] + bytes([data[at] ^ (1 << int(args[1]))]) + data[at + 1 :]
+                data = data[:at] + bytes([data[at] ^ (1 << _int(args[1]))]) + data[at + 1 :]
         elif kind == "bytes":
-            at, raw, insert = int(args[0]) % size, bytes(args[1]), bool(args[2])  # type: ignore[call-overload]
+            at, raw, insert = _int(args[0]) % size, _bytes(args[1]), bool(args[2])
             data = data[:at] + raw + data[at + (0 if insert else len(raw)) :]
         elif kind == "duplicate":
             i = pick(args[0])
@@ -453,16 +465,16 @@ def damage(data: bytes, ops: list[tuple[object, ...]]) -> bytes:
             lines[i], lines[j] = lines[j], lines[i]
             data = b"".join(lines)
         elif kind == "line":
-            lines[pick(args[0])] = bytes(args[1]) + b"\n"  # type: ignore[call-overload]
+            lines[pick(args[0])] = _bytes(args[1]) + b"\n"
             data = b"".join(lines)
         elif kind == "kept":
             i = pick(args[0])
-            lines[i] = _edit_kept(lines[i], int(args[1]), bytes(args[2]))  # type: ignore[call-overload]
+            lines[i] = _edit_kept(lines[i], _int(args[1]), _bytes(args[2]))
             data = b"".join(lines)
         elif kind in ("value", "drop"):
             i = pick(args[0])
-            raw = bytes(args[2]) if kind == "value" else None  # type: ignore[call-overload]
-            lines[i] = _edit_line(lines[i], int(args[1]), raw)
+            value = _bytes(args[2]) if kind == "value" else None
+            lines[i] = _edit_line(lines[i], _int(args[1]), value)
             data = b"".join(lines)
     return data
 
@@ -512,7 +524,7 @@ def check_inspect(path: Path, transcript: Transcript | None, render: bool) -> No
         # What --json and --view print, without loading the file once per form.
         orjson.dumps(summary_to_dict(inspection))
         for view in ("api", "ui"):
-            orjson.dumps(view_to_list(inspection, view))  # type: ignore[arg-type]
+            orjson.dumps(view_to_list(inspection, view))
     TALLY.inspected += 1
     out, err = io.StringIO(), io.StringIO()
     code = run_inspect(path, as_json=not render, stdout=out, stderr=err)
@@ -571,6 +583,7 @@ def attempt(data: bytes, *, render: bool) -> None:
             transcript = None
         else:
             TALLY.read += 1
+            assert transcript is not None
             check_loaded(transcript, intact)
         check_inspect(path, transcript, render)
         assert path.read_bytes() == data, "reading or inspecting changed the file"

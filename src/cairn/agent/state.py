@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from cairn.context.restore import BackgroundTask, FileRead, InvokedSkill, PlanState
+from cairn.context.restoration_source import BackgroundTask, FileRead, InvokedSkill, PlanState
 from cairn.messages import JSONObject, JSONValue, json_kind
 
 STATE_KEY = "agent_state"

@@ -37,7 +37,8 @@ from cairn.context.hooks import (
     session_start_reminder,
 )
 from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, nothing_to_compact
-from cairn.context.restore import RestorationSource, build_restoration
+from cairn.context.restoration_source import RestorationSource
+from cairn.context.restore import build_restoration
 from cairn.context.snip import (
     apply_edits,
     micro_compact_edits,

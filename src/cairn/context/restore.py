@@ -32,9 +32,15 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from cairn.context.front_matter import split_front_matter
+from cairn.context.restoration_source import (
+    BackgroundTask,
+    FileRead,
+    InvokedSkill,
+    PlanState,
+    RestorationSource,
+)
 from cairn.messages import (
     KIND_PLAN_REMINDER,
     KIND_RESTORATION,
@@ -57,58 +63,6 @@ SKILL_BASE_PREFIX = "Base directory for this skill: "
 _READ_LIMIT_BYTES = MAX_FILE_TOKENS * 16
 #: A NUL byte in this head of a file marks it binary.
 _BINARY_SNIFF_BYTES = 8_192
-
-
-# ---------------------------------------------------------------------------
-# The state the agent runtime provides
-
-
-@dataclass(frozen=True)
-class FileRead:
-    """One read of a file by a tool. ``path`` may be relative to ``workspace``."""
-
-    path: Path
-    session_id: str
-    workspace: Path
-    read_at: float
-
-
-@dataclass(frozen=True)
-class PlanState:
-    """Plan mode is on when a ``PlanState`` is given."""
-
-    plan_file: Path
-
-
-@dataclass(frozen=True)
-class InvokedSkill:
-    """A skill the model invoked; ``body_as_seen`` is the exact text it was shown."""
-
-    name: str
-    skill_file: Path
-    description: str = ""
-    body_as_seen: str | None = None
-
-
-@dataclass(frozen=True)
-class BackgroundTask:
-    id: str
-    description: str
-    status: str
-
-
-class RestorationSource(Protocol):
-    def cwd(self) -> Path: ...
-
-    def file_reads(self) -> Sequence[FileRead]:
-        """Every read, of any session and workspace, in any order."""
-        ...
-
-    def plan_state(self) -> PlanState | None: ...
-
-    def invoked_skills(self) -> Sequence[InvokedSkill]: ...
-
-    def background_tasks(self) -> Sequence[BackgroundTask]: ...
 
 
 # ---------------------------------------------------------------------------

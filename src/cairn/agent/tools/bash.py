@@ -32,7 +32,7 @@ from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.files import error
 from cairn.agent.tools.paths import bool_arg, number_arg, str_arg
 from cairn.context.effects import ToolEffect
-from cairn.context.restore import BackgroundTask
+from cairn.context.restoration_source import BackgroundTask
 from cairn.messages import JSONObject
 
 DEFAULT_TIMEOUT_S = 120.0

@@ -26,7 +26,8 @@ from cairn.agent.tools.paths import (
     write_at,
 )
 from cairn.context.effects import ToolEffect
-from cairn.context.restore import PlanState, plan_mode_reminder
+from cairn.context.restoration_source import PlanState
+from cairn.context.restore import plan_mode_reminder
 from cairn.messages import JSONObject
 
 PLAN_FILE_NAME = "plan.md"

@@ -19,10 +19,10 @@ from cairn.agent.skills import Skill, SkillCatalog, read_skill
 from cairn.agent.tools.base import Tool, ToolContext, ToolResult
 from cairn.context.effects import ToolEffect
 from cairn.context.front_matter import split_front_matter
+from cairn.context.restoration_source import InvokedSkill
 from cairn.context.restore import (
     SKILL_BASE_PREFIX,
     SKILL_DIR_PLACEHOLDER,
-    InvokedSkill,
     skill_directory,
 )
 from cairn.messages import JSONObject

@@ -16,7 +16,7 @@ from typing import TypeAlias
 
 from cairn.agent.tools.base import Tool, ToolContext, ToolResult
 from cairn.context.effects import ToolEffect
-from cairn.context.restore import BackgroundTask
+from cairn.context.restoration_source import BackgroundTask
 from cairn.errors import CairnError
 from cairn.messages import JSONObject
 
