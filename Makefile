@@ -37,7 +37,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
-	$(BIN)/mypy src
+	$(BIN)/mypy src tests
 
 test: lint $(E2E_STAMP) $(TEST_MODEL)
 	CAIRN_TEST_MODEL=$(abspath $(TEST_MODEL)) $(BIN)/python -m pytest -q

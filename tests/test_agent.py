@@ -19,7 +19,7 @@ from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_HANDOFF, find_orphans
 from cairn.provider import ModelConfig, OpenAIProvider
-from cairn.store import CompactionRecord, MessageRecord, read_transcript
+from cairn.store import CompactionRecord, MessageRecord, Record, read_transcript
 from cli_run import cairn_p
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
@@ -93,7 +93,7 @@ def record(session: Session) -> list[Event]:
     return events
 
 
-def transcript(session: Session) -> list[object]:
+def transcript(session: Session) -> list[Record]:
     return read_transcript(session.path).records
 
 

@@ -36,6 +36,7 @@ from cairn.context import (
     SummaryRequest,
 )
 from cairn.context.budget import input_budget
+from cairn.context.effects import ToolEffect
 from cairn.context.pipeline import RequestTooLargeError
 from cairn.context.summarizer import SummarizerError
 from cairn.messages import Message, ToolCall, Usage, assistant, find_orphans, system, user
@@ -43,7 +44,12 @@ from cairn.messages import tool_result as result_of
 from cairn.provider import ModelConfig
 from cairn.tokens import get_tokenizer, message_counter
 
-EFFECTS = {"read_file": "read_only", "grep": "read_only", "write_file": "write", "bash": "write"}
+EFFECTS: dict[str, ToolEffect] = {
+    "read_file": "read_only",
+    "grep": "read_only",
+    "write_file": "write",
+    "bash": "write",
+}
 WORDS = [
     "the",
     "export",
@@ -228,9 +234,13 @@ def play(shape: Shape, home: Path) -> dict[str, int]:
                     fixed_tokens = p.fixed_tokens(fixed)
                     replacement = check.compaction.post_tokens - fixed_tokens
                     assert replacement <= budget // 2, (replacement, budget)
-                    if fixed_tokens < 0.6 * budget:
-                        # It lands below the handoff line: no compaction loop, and
-                        # no handoff right after it.
+                    share = budget - fixed_tokens
+                    room = max((share - fixed_tokens) // 2, share // 4)
+                    if fixed_tokens < 0.6 * budget and replacement <= room:
+                        # Within its target it lands below the handoff line: no
+                        # compaction loop, and no handoff right after it. (Only a
+                        # mandatory block bigger than the target — the user's
+                        # latest message and constraints, never dropped — raises it.)
                         assert check.compaction.post_tokens < 0.7 * budget, (
                             check.compaction.post_tokens,
                             fixed_tokens,

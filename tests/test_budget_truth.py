@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -30,6 +31,7 @@ from cairn.context.calibration import (
     measure,
     sharper,
 )
+from cairn.context.effects import ToolEffect
 from cairn.context.llm_summarizer import (
     LLMSummarizer,
     check_gates,
@@ -60,7 +62,8 @@ WINDOW = 32_768  # reserve 8,192 → input budget 24,576
 BUDGET = 24_576
 LINE = 0.8 * BUDGET
 SMALL = FixedContext((system("You are a careful coding agent."),))
-EFFECTS = {"read_file": "read_only", "bash": "write", "write_file": "write"}
+T = TypeVar("T")
+EFFECTS: dict[str, ToolEffect] = {"read_file": "read_only", "bash": "write", "write_file": "write"}
 #: Schemas like real tool definitions: the seeds' ½-per-character rule over-counts them.
 TOOLS: tuple[dict[str, Any], ...] = tuple(
     {
@@ -104,7 +107,7 @@ def make(
     )
 
 
-def run(coro: Any) -> Any:
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
@@ -359,7 +362,8 @@ def test_after_one_response_the_fixed_context_is_projected_at_its_true_size(
     p.add(user("Fix the failing CSV export."))
     first = run(p.check_and_compact(SCHEMAS))
     assert first.before.source == "estimate"
-    messages = first.before.tokens - SCHEMAS.tokens  # type: ignore[operator]
+    assert first.before.tokens is not None
+    messages = first.before.tokens - SCHEMAS.tokens
     respond(p, prompt=true_fixed(SCHEMAS) + messages)
     assert p.calibration is not None and p.calibration.tokens == true_fixed(SCHEMAS)
     assert p.fixed_tokens(SCHEMAS) == true_fixed(SCHEMAS)
@@ -377,7 +381,8 @@ def test_the_calibration_survives_a_restart_and_a_changed_fixed_context(
     p = make(tmp_path)
     p.add(user("Fix the failing CSV export."))
     first = run(p.check_and_compact(SCHEMAS))
-    messages = first.before.tokens - SCHEMAS.tokens  # type: ignore[operator]
+    assert first.before.tokens is not None
+    messages = first.before.tokens - SCHEMAS.tokens
     respond(p, prompt=true_fixed(SCHEMAS) + messages)
     calibration = p.calibration
     p.close()
@@ -393,7 +398,8 @@ def test_an_anchored_request_does_not_recalibrate(tmp_path: Path) -> None:
     p = make(tmp_path)
     p.add(user("Fix the failing CSV export."))
     first = run(p.check_and_compact(SCHEMAS))
-    messages = first.before.tokens - SCHEMAS.tokens  # type: ignore[operator]
+    assert first.before.tokens is not None
+    messages = first.before.tokens - SCHEMAS.tokens
     respond(p, prompt=true_fixed(SCHEMAS) + messages)
     calibration = p.calibration
     p.add(user("and the JSON export"))

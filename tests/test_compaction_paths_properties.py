@@ -52,6 +52,7 @@ from cairn.context.pipeline import (
 )
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
+    JSONObject,
     Message,
     ToolCall,
     Usage,
@@ -79,7 +80,7 @@ EFFECTS: dict[str, ToolEffect] = {
     "write_file": "write",
     "todo_write": "write",
 }
-TOOLS = tuple(
+TOOLS: tuple[JSONObject, ...] = tuple(
     {
         "type": "function",
         "function": {
@@ -361,9 +362,9 @@ class ScriptedModel:
             case Large(share=share):
                 rng = random.Random(self.forks)
                 chars = int(share * self.budget * 4)
-                body = " ".join(rng.choice(WORDS) for _ in range(chars // 6 + 1))
+                filler = " ".join(rng.choice(WORDS) for _ in range(chars // 6 + 1))
                 ledger = (
-                    f"## {LEDGER_HEADINGS[0]}\n{body}\n## {LEDGER_HEADINGS[-1]}\nRun the suite."
+                    f"## {LEDGER_HEADINGS[0]}\n{filler}\n## {LEDGER_HEADINGS[-1]}\nRun the suite."
                 )
                 return Reply(text=f"<summary>\n{ledger}\n</summary>", delta_chars=16_384)
             case Tools():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from pydantic import ValidationError
 
@@ -12,6 +14,7 @@ from cairn.context.effects import (
     CLASS_ERROR,
     CLASS_READ_ONLY,
     CLASS_WRITE,
+    ToolEffect,
     call_path,
     turn_class,
     written_files,
@@ -32,6 +35,7 @@ from cairn.context.snip import (
 from cairn.context.tracker import ContextTokenTracker, FixedContext, TokenSnapshot
 from cairn.messages import (
     KIND_HANDOFF,
+    JSONObject,
     Message,
     MessageMeta,
     ToolCall,
@@ -43,10 +47,15 @@ from cairn.messages import (
     user,
 )
 from cairn.provider import ModelConfig
-from cairn.store.records import HandoffRecord
+from cairn.store.records import ContentEdit, HandoffRecord
 from cairn.tokens import estimate_message_tokens, estimate_tokens
 
-EFFECTS = {"read_file": "read_only", "grep": "read_only", "edit_file": "write", "bash": "write"}
+EFFECTS: dict[str, ToolEffect] = {
+    "read_file": "read_only",
+    "grep": "read_only",
+    "edit_file": "write",
+    "bash": "write",
+}
 
 
 def turn(name: str, args: str, result: str, *, error: bool = False) -> list[Message]:
@@ -205,7 +214,9 @@ def test_unknown_window_gives_an_unknown_snapshot() -> None:
 
 
 def test_fixed_context_counts_system_prompt_and_tool_schemas_once() -> None:
-    tools = ({"type": "function", "function": {"name": "read_file", "parameters": {}}},)
+    tools: tuple[JSONObject, ...] = (
+        {"type": "function", "function": {"name": "read_file", "parameters": {}}},
+    )
     fixed = FixedContext((system("You are Cairn."),), tools)
     # Schemas at the prose rate: mostly descriptions (the JSON rate counted them 2.2×).
     assert fixed.tokens == estimate_message_tokens(system("You are Cairn.")) + estimate_tokens(
@@ -304,7 +315,7 @@ def history_of_turns() -> list[Message]:
     ]
 
 
-def elided_results(messages: list[Message], edits: list) -> list[str]:  # type: ignore[type-arg]
+def elided_results(messages: list[Message], edits: Sequence[ContentEdit]) -> list[str]:
     edited = apply_edits(messages, edits)
     return [m.tool_call_id or "" for m in edited if m.role == "tool" and is_elided(m)]
 

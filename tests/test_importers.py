@@ -808,12 +808,12 @@ def test_codex_details(tmp_path: Path) -> None:
         kind = "output_text" if role == "assistant" else "input_text"
         return item({"type": "message", "role": role, "content": [{"type": kind, "text": text}]})
 
-    meta = {
+    meta: dict[str, object] = {
         "timestamp": "t",
         "type": "session_meta",
         "payload": {"id": "r1", "instructions": "Sys"},
     }
-    records = [
+    records: list[dict[str, object]] = [
         meta,
         message("user", "show me"),
         item({"type": "function_call", "name": "view_image", "arguments": "{}", "call_id": "c1"}),
@@ -1031,7 +1031,7 @@ def test_codex_injected_instructions_and_environment_are_not_typed(tmp_path: Pat
 
     agents = "# AGENTS.md instructions for /repo\n\n<INSTRUCTIONS>\nRun make test.\n</INSTRUCTIONS>"
     environment = "<environment_context>\n  <cwd>/repo</cwd>\n</environment_context>"
-    answer = {
+    answer: dict[str, object] = {
         "timestamp": "t",
         "type": "response_item",
         "payload": {
@@ -1040,7 +1040,7 @@ def test_codex_injected_instructions_and_environment_are_not_typed(tmp_path: Pat
             "content": [{"type": "output_text", "text": "ok"}],
         },
     }
-    records = [
+    records: list[dict[str, object]] = [
         {"timestamp": "t", "type": "session_meta", "payload": {"id": "r2"}},
         user_item(agents),
         user_item(environment),
@@ -1080,7 +1080,7 @@ def test_a_type_that_is_not_a_string_is_refused_not_a_crash(tmp_path: Path, fmt:
 
 
 def test_claude_code_records_and_blocks_typed_with_lists_are_skipped(tmp_path: Path) -> None:
-    records = [
+    records: list[dict[str, object]] = [
         claude("user", "u1", "hello"),
         {"type": [], "message": {"role": "user", "content": "junk"}},
         claude("assistant", "a1", [{"type": {}}, {"type": "text", "text": "Hi."}], message_id="m1"),
@@ -1095,7 +1095,7 @@ def test_codex_items_typed_with_lists_are_skipped(tmp_path: Path) -> None:
     def item(payload: dict[str, object]) -> dict[str, object]:
         return {"timestamp": "t", "type": "response_item", "payload": payload}
 
-    records = [
+    records: list[dict[str, object]] = [
         {"timestamp": "t", "type": "session_meta", "payload": {"id": "r1"}},
         item({"type": "message", "role": "user", "content": "go"}),
         item({"type": ["function_call"], "name": "shell", "call_id": "c1"}),

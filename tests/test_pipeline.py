@@ -6,9 +6,10 @@ import asyncio
 import math
 import resource
 import signal
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -25,6 +26,7 @@ from cairn.context import (
     SummaryRequest,
 )
 from cairn.context.budget import compaction_due
+from cairn.context.effects import ToolEffect
 from cairn.context.pipeline import RequestTooLargeError
 from cairn.context.snip import SNIP_BATCH_SHARE, is_elided, snip_target, snip_worth_it
 from cairn.messages import (
@@ -48,7 +50,8 @@ BUDGET = 24_576
 COMPACT_LINE = 0.8 * BUDGET
 HANDOFF_LINE = 0.7 * BUDGET
 FIXED = FixedContext((system("You are a careful coding agent."),))
-EFFECTS = {"read_file": "read_only", "edit_file": "write", "bash": "write"}
+T = TypeVar("T")
+EFFECTS: dict[str, ToolEffect] = {"read_file": "read_only", "edit_file": "write", "bash": "write"}
 
 
 class Clock:
@@ -132,7 +135,7 @@ def transcript_api(p: ContextPipeline) -> list[Message]:
     return read_transcript(path).api().messages
 
 
-def run(coro):  # type: ignore[no-untyped-def]
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
@@ -396,7 +399,8 @@ def test_a_held_back_snip_is_applied_when_no_compaction_can_run(tmp_path: Path) 
     result = run(p.check_and_compact(FIXED))
     assert summarizer.calls == 1 and result.compaction is None
     assert result.edits == 1 and sum(is_elided(m) for m in p.messages) == 1
-    assert result.after.tokens is not None and result.after.tokens < result.before.tokens  # type: ignore[operator]
+    assert result.before.tokens is not None and result.after.tokens is not None
+    assert result.after.tokens < result.before.tokens
     assert transcript_api(p) == list(p.messages)
 
 
@@ -421,7 +425,7 @@ def test_the_handoff_reminder_does_not_make_the_compaction_due(tmp_path: Path) -
     first = run(p.check_and_compact(FIXED))
     assert first.handoff
     reminder = p.messages[-1]
-    cost = p._count(reminder)  # type: ignore[attr-defined]
+    cost = p._count(reminder)
     assert cost > 20
     # The provider counted the reminder: with it the context is over the line, without not.
     respond(p, math.ceil(COMPACT_LINE) + cost // 2)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.budget import input_budget
+from cairn.context.effects import ToolEffect
 from cairn.context.ledger import ACTIVE_TASK_KEY, CheckpointEntry
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
@@ -30,7 +31,11 @@ from cairn.provider import ModelConfig
 from cairn.store import read_transcript
 from cairn.tokens import estimate_message_tokens
 
-EFFECTS = {"read_file": "read_only", "grep": "read_only", "edit_file": "write"}
+EFFECTS: dict[str, ToolEffect] = {
+    "read_file": "read_only",
+    "grep": "read_only",
+    "edit_file": "write",
+}
 FIXED = FixedContext((system("You are a coding agent."),))
 
 prose = st.text(

@@ -23,7 +23,7 @@ from cairn.messages import (
     user,
 )
 from cairn.replay.engine import ReplayOptions, compaction_records, replay_session, replay_sessions
-from cairn.replay.metrics import ReplaySummary
+from cairn.replay.metrics import Policy, ReplaySummary, SessionReport
 from cairn.replay.report import summary_json, write_report
 from cairn.replay.session import RecordedSession
 from cairn.store import ApiView, MessageRecord, read_transcript
@@ -49,8 +49,10 @@ def long_session(rounds: int = 40, output_lines: int = 120) -> RecordedSession:
     return RecordedSession("long", tuple(messages), (system("You are a careful coding agent."),))
 
 
-def replay(session: RecordedSession, tmp_path: Path, window: int, policy: str = "cairn"):  # type: ignore[no-untyped-def]
-    options = ReplayOptions(window=window, policy=policy)  # type: ignore[arg-type]
+def replay(
+    session: RecordedSession, tmp_path: Path, window: int, policy: Policy = "cairn"
+) -> SessionReport:
+    options = ReplayOptions(window=window, policy=policy)
     return asyncio.run(replay_session(session, options, tmp_path / f"{policy}-{window}.jsonl"))
 
 
@@ -142,11 +144,11 @@ def test_report_folder_holds_json_csv_plot_and_a_loadable_transcript(tmp_path: P
     summaries = []
     for policy in ("cairn", "none"):
         reports = asyncio.run(
-            replay_sessions([session], ReplayOptions(16_384, policy), tmp_path / "out" / policy)  # type: ignore[arg-type]
+            replay_sessions([session], ReplayOptions(16_384, policy), tmp_path / "out" / policy)
         )
         summaries.append(
             ReplaySummary("s.json", "openai", 16_384, "cl100k", policy, tuple(reports))
-        )  # type: ignore[arg-type]
+        )
     written = write_report(tmp_path / "out", summaries, handoff_ratio=0.7, compact_ratio=0.8)
     report = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
     assert set(report["policies"]) == {"cairn", "none"}

@@ -17,6 +17,7 @@ from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     KIND_HANDOFF,
     ImagePart,
+    JSONObject,
     Message,
     MessageMeta,
     TextPart,
@@ -36,6 +37,7 @@ from cairn.store import (
     JsonlTranscriptStore,
     MessageRecord,
     NotATranscriptError,
+    Record,
     SessionRecord,
     StateRecord,
     TranscriptLockedError,
@@ -68,10 +70,10 @@ def compaction(replacement: list[Message], summary: str = "summary") -> Compacti
     )
 
 
-def raw_compaction_line(replacement: list[dict[str, object]]) -> bytes:
+def raw_compaction_line(replacement: list[JSONObject]) -> bytes:
     """A checkpoint written by hand, bypassing the save-time checks."""
     record = record_to_dict(compaction([]))
-    record["replacement_messages"] = replacement  # type: ignore[assignment]
+    record["replacement_messages"] = [*replacement]
     return orjson.dumps(record) + b"\n"
 
 
@@ -88,7 +90,7 @@ def test_every_record_type_round_trips_through_the_file(store: JsonlTranscriptSt
         content='<token-budget-handoff version="1">write down the frontier</token-budget-handoff>',
         meta=MessageMeta(kind=KIND_HANDOFF, hidden=True, synthetic=True),
     )
-    records = [
+    records: list[Record] = [
         *(MessageRecord(m) for m in [*rounds, thinking]),
         HandoffRecord(handoff, epoch=0),
         ContextEditRecord((ContentEdit(rounds[-1].id, "[snipped]"),)),

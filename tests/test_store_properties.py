@@ -39,7 +39,7 @@ from cairn.store import (
 from cairn.store.records import encode_record, record_from_dict
 
 # Lone surrogates cannot be UTF-8; the store replaces them (tested separately).
-texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 ids = st.uuids().map(lambda u: u.hex)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | texts,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cairn.context.effects import ToolEffect
 from cairn.context.ledger import (
     LEDGER_HEADINGS,
     MAX_EXACT_RECORDS,
@@ -175,18 +176,18 @@ def size(messages: list[Message]) -> int:
 
 
 def test_shrink_order_is_files_then_oldest_round_then_halving_each_strictly_smaller() -> None:
-    effects = {"read_file": "read_only"}
+    effects: dict[str, ToolEffect] = {"read_file": "read_only"}
     messages = history()
-    first = shrink(messages, 0, effects)  # type: ignore[arg-type]
+    first = shrink(messages, 0, effects)
     assert [m.text for m in first if m.role == "tool"] == [
         FILE_ELIDED,
         "1" * 3_000,
         FILE_ELIDED,
         "3" * 3_000,
     ]
-    second = shrink(first, 1, effects)  # type: ignore[arg-type]
+    second = shrink(first, 1, effects)
     assert len(second) == len(first) - 1 and second[0].text == "step 0"
-    third = shrink(second, 2, effects)  # type: ignore[arg-type]
+    third = shrink(second, 2, effects)
     assert max(len(m.text) for m in third) < max(len(m.text) for m in second)
     for before, after in ((messages, first), (first, second), (second, third)):
         assert size(after) < size(before)
@@ -244,7 +245,7 @@ def test_the_host_places_the_todo_list_and_the_files_the_summary_left_out() -> N
         assistant(None, [ToolCall("e1", "edit_file", '{"path": "src/parser.py"}')]),
         tool_result("e1", "ok"),
     ]
-    effects = {"edit_file": "write", "todo_write": "write"}
+    effects: dict[str, ToolEffect] = {"edit_file": "write", "todo_write": "write"}
     model_wrote = normalize_ledger("## Objective and constraints\nFix the parser.")
     ledger = place_host_facts(model_wrote, history, effects)
     active = ledger.split("## Active tasks and background work\n", 1)[1].split("\n## ", 1)[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from dataclasses import replace
@@ -223,7 +224,9 @@ def test_a_round_of_many_results_keeps_a_useful_floor(tmp_path: Path) -> None:
     out = apply_tool_budget(results, ToolBudget(1_000, 3_000), tmp_path)
     for message in out:
         # Infeasible round: each result goes down to marker + excerpt, never below.
-        assert len(message.text) - len(MARKER.search(message.text)[0]) >= tb.MIN_EXCERPT_CHARS
+        marker = MARKER.search(message.text)
+        assert marker is not None
+        assert len(message.text) - len(marker[0]) >= tb.MIN_EXCERPT_CHARS
         assert len(message.text) <= 1_000
         assert saved_path(message).read_text(encoding="utf-8") == "w" * 3_000
 
@@ -366,13 +369,13 @@ def test_previews_fit_and_files_hold_the_original(
 
 def test_file_and_folders_are_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[str] = []
-    real_fsync = tb.os.fsync
+    real_fsync = os.fsync
 
     def spy(fd: int) -> None:
-        synced.append(tb.os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append(str(Path(f"/proc/self/fd/{fd}").readlink()))
         real_fsync(fd)
 
-    monkeypatch.setattr(tb.os, "fsync", spy)
+    monkeypatch.setattr(os, "fsync", spy)
     artifacts = tmp_path / "session"
     (out,) = apply_tool_budget([tool_result("c", "s" * 5_000)], ToolBudget(1_000, 3_000), artifacts)
     folder = artifacts / "tool-results"

@@ -36,7 +36,7 @@ from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.search import Grep
 from cairn.agent.tools.todo import TodoWrite
 from cairn.context.effects import ToolEffect
-from cairn.messages import JSONObject, Message, ToolCall, assistant, tool_result
+from cairn.messages import JSONObject, JSONValue, Message, ToolCall, assistant, tool_result
 from cairn.provider import ModelConfig, OpenAIProvider
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
@@ -86,8 +86,8 @@ def run(coro: Awaitable[T]) -> T:
     return asyncio.run(main())
 
 
-def call(tool: object, ctx: ToolContext, **args: object) -> ToolResult:
-    return run(tool.run(args, ctx))  # type: ignore[attr-defined]
+def call(tool: Tool, ctx: ToolContext, **args: JSONValue) -> ToolResult:
+    return run(tool.run(args, ctx))
 
 
 def execute(registry: ToolRegistry, ctx: ToolContext, name: str, arguments: str) -> Message:
@@ -525,7 +525,7 @@ def test_bash_background_task_and_bash_output(ws: Path) -> None:
 
 def test_todo_write(ws: Path) -> None:
     ctx = make_ctx(ws)
-    todos: list[object] = [
+    todos: list[JSONValue] = [
         {"content": "read the code", "status": "completed"},
         {"content": "write the fix", "status": "in_progress", "activeForm": "writing"},
         {"content": "run the tests", "status": "pending"},

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,14 @@ KILLS_PER_SESSION = 10
 SUMMARY = "<summary>\n## Objective and constraints\nKeep going.\n</summary>"
 
 
+def call_ids(calls: list[JSONValue]) -> set[str]:
+    ids: set[str] = set()
+    for c in calls:
+        assert isinstance(c, dict)
+        ids.add(str(c["id"]))
+    return ids
+
+
 def split_rounds(messages: list[JSONValue]) -> list[str]:
     """What a provider rejects in a chat body (HTTP 400): a round split from its results."""
     problems: list[str] = []
@@ -66,13 +75,13 @@ def split_rounds(messages: list[JSONValue]) -> list[str]:
         if pending:
             problems.append(f"tool calls {sorted(pending)} are not followed by their results")
         calls = raw.get("tool_calls") if role == "assistant" else None
-        pending = {str(c["id"]) for c in calls} if isinstance(calls, list) else set()  # type: ignore[index]
+        pending = call_ids(calls) if isinstance(calls, list) else set()
     if pending:
         problems.append(f"tool calls {sorted(pending)} are not followed by their results")
     return problems
 
 
-def strict_provider(server: OpenAIServer, answer: Any) -> None:
+def strict_provider(server: OpenAIServer, answer: Callable[[dict[str, Any]], Reply]) -> None:
     """Answer with ``answer(body)``, unless the body splits a round: then HTTP 400."""
 
     def respond(body: dict[str, Any]) -> Reply:

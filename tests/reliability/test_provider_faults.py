@@ -111,6 +111,10 @@ def text_of(n: int) -> str:
     return f"answer number {n}, long enough for several chunks"
 
 
+def http_error_without_retry_after(status: int) -> Callable[[int], list[Reply]]:
+    return lambda n: [Reply.http_error(status, retry_after_ms=None)]
+
+
 FAULTS: tuple[Fault, ...] = (
     Fault(
         "never answers",
@@ -276,7 +280,7 @@ FAULTS: tuple[Fault, ...] = (
     *(
         Fault(
             f"HTTP {status} without Retry-After",
-            lambda n, status=status: [Reply.http_error(status, retry_after_ms=None)],
+            http_error_without_retry_after(status),
             ProviderError,
             status=status,
             requests=1,
@@ -377,7 +381,15 @@ class Tally:
 
 def config(base_url: str, fault: Fault) -> ModelConfig:
     base = TINY if fault.tiny else RELAXED
-    return ModelConfig(model="test-model", base_url=base_url, **{**base, **fault.timeouts})
+    timeouts = {**base, **fault.timeouts}
+    return ModelConfig(
+        model="test-model",
+        base_url=base_url,
+        connect_timeout=timeouts["connect_timeout"],
+        first_byte_timeout=timeouts["first_byte_timeout"],
+        idle_timeout=timeouts["idle_timeout"],
+        request_timeout=timeouts["request_timeout"],
+    )
 
 
 @contextmanager

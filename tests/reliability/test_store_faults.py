@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import orjson
@@ -94,7 +94,7 @@ def nested(depth: int) -> JSONValue:
     return value
 
 
-def with_placeholder(record: dict[str, object], raw: bytes) -> bytes:
+def with_placeholder(record: Mapping[str, object], raw: bytes) -> bytes:
     """``record`` as a line, with the string ``"@@"`` replaced by raw JSON text."""
     return orjson.dumps(record).replace(b'"@@"', raw) + b"\n"
 
@@ -110,7 +110,9 @@ def deep_lines(depth: int, kind: str) -> dict[str, bytes]:
     )
     checkpoint["replacement_messages"] = [kept]
     call = message_to_dict(assistant(None, [ToolCall("c1", "read_file", "{}")]))
-    call["tool_calls"][0]["arguments"] = "@@"  # type: ignore[index]
+    tool_calls = call["tool_calls"]
+    assert isinstance(tool_calls, list) and isinstance(tool_calls[0], dict)
+    tool_calls[0]["arguments"] = "@@"
     value = deep(depth, kind)
     return {
         "meta.extra": with_placeholder(
