@@ -421,10 +421,24 @@ def test_record_parsing_names_the_bad_field() -> None:
 
     with pytest.raises(RecordFormatError, match="unsupported record version 2"):
         record_from_dict({"v": 2, "type": "message"})
-    with pytest.raises(RecordFormatError, match="trigger must be one of"):
-        record_from_dict({"v": 1, "type": "compaction", "ts": "t", "trigger": "sometimes"})
-    with pytest.raises(RecordFormatError, match="message record: message role"):
-        record_from_dict({"v": 1, "type": "message", "ts": "t", "message": {"role": "robot"}})
+    with pytest.raises(RecordFormatError, match="record field 'id' must be a string"):
+        record_from_dict({"v": 1, "type": "compaction", "ts": "t", "trigger": "auto"})
+    with pytest.raises(
+        RecordFormatError, match="compaction record: trigger: Input should be 'auto', 'manual'"
+    ):
+        record_from_dict(
+            {"v": 1, "type": "compaction", "id": "r", "ts": "t", "trigger": "sometimes"}
+        )
+    with pytest.raises(RecordFormatError, match=r"message record: message\.role: Input should be"):
+        record_from_dict(
+            {
+                "v": 1,
+                "type": "message",
+                "id": "m",
+                "ts": "t",
+                "message": {"id": "m", "role": "robot"},
+            }
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -549,7 +563,9 @@ def test_a_field_of_the_wrong_json_type_is_a_bad_line_not_a_crash(field: str) ->
 
     data = record_to_dict(compaction([]))
     data[field] = ["auto"]
-    with pytest.raises(RecordFormatError, match=f"'?{field}'? must be"):
+    # ``type`` is the envelope's, checked before the record's own fields.
+    expected = rf"compaction record: {field}: Input should be|record field '{field}' must be a"
+    with pytest.raises(RecordFormatError, match=expected):
         record_from_dict(data)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 from cairn.agent.loop import run_turn
 from cairn.agent.session import Runtime
@@ -18,10 +20,12 @@ from cairn.store import (
     StoreFactory,
     Transcript,
     TranscriptStore,
+    read_transcript,
 )
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
+    ToolCallSpec,
     openai_server_fixture,
 )
 
@@ -41,6 +45,12 @@ class Elsewhere:
     def open(self, workspace: Path, session_id: str) -> TranscriptStore:
         self.calls.append(f"open {session_id}")
         return self._files.open(workspace, session_id)
+
+    def create_subagent(
+        self, workspace: Path, parent_id: str, header: SessionRecord
+    ) -> TranscriptStore:
+        self.calls.append(f"create_subagent {parent_id} {header.session_id}")
+        return self._files.create_subagent(workspace, parent_id, header)
 
     def exists(self, workspace: Path, session_id: str) -> bool:
         return self._files.exists(workspace, session_id)
@@ -106,3 +116,46 @@ def test_the_pipeline_opens_through_a_factory_too(tmp_path: Path) -> None:
     again.close()
     assert stores.calls == ["create s1", "open s1"]
     assert again.transcript_path.is_relative_to(tmp_path / "elsewhere")
+
+
+def test_a_subagent_transcript_goes_through_the_factory_and_is_not_a_session(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+
+    def responder(body: dict[str, Any]) -> Reply:
+        if "You are a Cairn subagent" in str(body["messages"][0]["content"]):
+            return Reply(text="Nothing to report.")
+        if body["messages"][-1]["role"] == "user":
+            arguments = {
+                "description": "look",
+                "prompt": "Look around.",
+                "run_in_background": False,
+            }
+            return Reply(tool_calls=[ToolCallSpec("task", json.dumps(arguments))])
+        return Reply(text="Done.")
+
+    openai_server.respond_with(responder)
+    stores = Elsewhere(tmp_path / "elsewhere")
+    model = ModelConfig(model="test-model", base_url=openai_server.base_url, context_window=32_768)
+    rt = Runtime(
+        workspace,
+        model,
+        OpenAIProvider(model),
+        settings=Settings(),
+        home=tmp_path / "home",
+        store_factory=stores,
+        permission_mode="bypass",
+    )
+    session = rt.new_session()
+    result = asyncio.run(run_turn(session, "look around in a subagent"))
+    listed = rt.list_sessions()
+    rt.close()
+    assert result.text == "Done."
+    task = next(iter(session.state.tasks.values()))
+    assert f"create_subagent {session.id} {task.id}" in stores.calls
+    assert [s.id for s in listed] == [session.id]  # the task's transcript is not a session
+    found = list((tmp_path / "elsewhere").rglob(f"{task.id}.jsonl"))
+    assert len(found) == 1 and not list((tmp_path / "home").rglob("*.jsonl"))
+    assert [m.text for m in read_transcript(found[0]).api().messages][-1] == "Nothing to report."

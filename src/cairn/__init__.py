@@ -6,10 +6,9 @@ the context pipeline (``ContextPipeline``, ``CompactionConfig``,
 ``FixedContext``), the provider (``ModelConfig``, ``OpenAIProvider``), the
 agent runtime (``Runtime``, ``run_turn``) and the errors, all ``CairnError``.
 
-The pipeline, the provider and the agent import the OpenAI SDK and pydantic,
-which take most of a second to load; ``cairn`` loads them on first use (PEP
-562), so ``import cairn`` (and the ``cairn`` command, which imports it) stays
-quick.
+The pipeline, the provider and the agent import the OpenAI SDK, which takes
+most of a second to load; ``cairn`` loads them on first use (PEP 562), so
+``import cairn`` (and the ``cairn`` command, which imports it) stays quick.
 """
 
 # The standard modules go under private names: every public name here is Cairn's.

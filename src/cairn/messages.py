@@ -9,19 +9,30 @@ message becomes the exact dict an OpenAI-compatible endpoint accepts.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypeAlias, cast, get_args
+from typing import Annotated, Literal, TypeAlias, cast, get_args
 
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    PlainSerializer,
+    StrictBool,
+    StrictInt,
+    Tag,
+)
+
+from cairn.codec import OMIT_EMPTY, OMIT_NONE, Codec, JSONKey, invalid, tag
+from cairn.codec import JSONObject as JSONObject  # re-exported: most modules name them from here
+from cairn.codec import JSONValue as JSONValue
+from cairn.codec import scrub as scrub  # the message model scrubs at construction
 from cairn.errors import CairnError
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
-JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
-JSONObject: TypeAlias = dict[str, JSONValue]
 
 #: Kinds the host writes itself; anything else in ``meta.kind`` is kept as is.
 KIND_CHAT = "chat"
@@ -61,26 +72,6 @@ def json_kind(value: object) -> str:
             return type(value).__name__
 
 
-# A Python ``str`` holds astral characters as single code points, so any
-# surrogate code point in one is a lone half: undecodable bytes smuggled in
-# (``surrogateescape`` file names, raw tool output) or a bad ``\ud800`` escape.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def scrub(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD.
-
-    A lone surrogate cannot be UTF-8: it makes the request body, the
-    transcript line and every JSON event unencodable. The message model
-    scrubs at construction, so whatever enters a message — tool output, file
-    names, the provider's text, the user's input — is clean from there on;
-    event streams that bypass messages call this too.
-    """
-    if text.isascii() or _SURROGATE.search(text) is None:
-        return text
-    return _SURROGATE.sub("\ufffd", text)
-
-
 def _scrubbed(owner: object, *names: str) -> None:
     for name in names:
         value = getattr(owner, name)
@@ -110,6 +101,67 @@ ContentPart: TypeAlias = TextPart | ImagePart
 Content: TypeAlias = "str | tuple[ContentPart, ...] | None"
 
 
+def _image_to_json(part: ImagePart) -> JSONObject:
+    # The OpenAI shape, both in the transcript and on the wire.
+    image: JSONObject = {"url": part.url}
+    if part.detail is not None:
+        image["detail"] = part.detail
+    return {"type": "image_url", "image_url": image}
+
+
+def _image_from_json(raw: object) -> object:
+    if not isinstance(raw, dict):
+        return raw
+    image = raw.get("image_url")
+    if isinstance(image, str):  # some recorders flatten the object to its URL
+        return {"url": image}
+    if not isinstance(image, dict):
+        raise invalid("image part needs an 'image_url' object with a string 'url'")
+    return {key: image[key] for key in ("url", "detail") if key in image}
+
+
+def _part_tag(raw: object) -> str | None:
+    kind = raw.get("type") if isinstance(raw, dict) else getattr(raw, "type", None)
+    return tag(kind) if kind in ("text", "image_url") else None
+
+
+def _content_tag(raw: object) -> str | None:
+    if raw is None:
+        return tag("null")
+    if isinstance(raw, str):
+        return tag("string")
+    return tag("parts") if isinstance(raw, list | tuple) else None
+
+
+# How content is stored and sent: a string, null, or a list of typed parts.
+_StoredPart: TypeAlias = Annotated[
+    Annotated[TextPart, Tag(tag("text"))]
+    | Annotated[
+        ImagePart,
+        BeforeValidator(_image_from_json),
+        PlainSerializer(_image_to_json),
+        Tag(tag("image_url")),  # last: pydantic reads a branch's tag from its outermost layer
+    ],
+    Discriminator(
+        _part_tag,
+        custom_error_type="cairn",
+        custom_error_message="must be an object whose 'type' is 'text' or 'image_url'",
+    ),
+]
+_StoredContent: TypeAlias = Annotated[
+    Annotated[str, Tag(tag("string"))]
+    | Annotated[tuple[_StoredPart, ...], Tag(tag("parts"))]
+    | Annotated[None, Tag(tag("null"))],
+    Discriminator(
+        _content_tag,
+        custom_error_type="cairn",
+        custom_error_message="must be a string, a list of parts, or null",
+    ),
+]
+_Count: TypeAlias = Annotated[StrictInt, Field(ge=0)]
+_Nonempty: TypeAlias = Annotated[str, Field(min_length=1)]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One function call requested by the model; ``arguments`` is the raw JSON text."""
@@ -130,12 +182,12 @@ class Usage:
     cache fields are kept for reports and bills, never added to a size.
     """
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cached_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
+    prompt_tokens: _Count = 0
+    completion_tokens: _Count = 0
+    total_tokens: _Count = 0
+    cached_tokens: Annotated[_Count | None, OMIT_NONE] = None
+    cache_read_input_tokens: Annotated[_Count | None, OMIT_NONE] = None
+    cache_creation_input_tokens: Annotated[_Count | None, OMIT_NONE] = None
 
     @property
     def context_tokens(self) -> int:
@@ -145,15 +197,15 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class MessageMeta:
-    kind: str = KIND_CHAT
+    kind: Annotated[str, Field(exclude_if=lambda kind: kind == KIND_CHAT)] = KIND_CHAT
     #: The model sees it; clients never render it (e.g. the handoff reminder).
-    hidden: bool = False
+    hidden: Annotated[StrictBool, OMIT_EMPTY] = False
     #: Written by the host, not typed by the user nor produced by the model.
-    synthetic: bool = False
+    synthetic: Annotated[StrictBool, OMIT_EMPTY] = False
     #: On a tool result: the tool failed. Errors are evidence, kept longest by snip.
-    tool_error: bool = False
-    usage: Usage | None = None
-    extra: Mapping[str, JSONValue] = field(default_factory=dict)
+    tool_error: Annotated[StrictBool, OMIT_EMPTY] = False
+    usage: Annotated[Usage | None, OMIT_NONE] = None
+    extra: Annotated[Mapping[JSONKey, JSONValue], OMIT_EMPTY] = field(default_factory=dict)
 
 
 _DEFAULT_META = MessageMeta()
@@ -162,13 +214,15 @@ _DEFAULT_META = MessageMeta()
 @dataclass(frozen=True, slots=True)
 class Message:
     role: Role
-    content: Content = None
-    id: str = field(default_factory=new_id)
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
-    name: str | None = None
-    reasoning: str | None = None
-    meta: MessageMeta = field(default_factory=MessageMeta)
+    content: _StoredContent = None
+    id: _Nonempty = field(default_factory=new_id)
+    tool_calls: Annotated[tuple[ToolCall, ...], OMIT_EMPTY] = ()
+    tool_call_id: Annotated[str | None, OMIT_NONE] = None
+    name: Annotated[str | None, OMIT_NONE] = None
+    reasoning: Annotated[str | None, OMIT_NONE] = None
+    meta: Annotated[MessageMeta, Field(exclude_if=lambda meta: meta == _DEFAULT_META)] = field(
+        default_factory=MessageMeta
+    )
 
     def __post_init__(self) -> None:
         _scrubbed(self, "content", "id", "tool_call_id", "name", "reasoning")
@@ -191,6 +245,18 @@ class Message:
 
     def with_content(self, content: Content) -> Message:
         return replace(self, content=content)
+
+
+def _stored_message_has_id(raw: object) -> object:
+    # A stored message keeps the id it was written with: a fresh one on every
+    # load would make the API view differ between loads.
+    if isinstance(raw, dict) and "id" not in raw:
+        raise invalid("needs a non-empty string 'id'")
+    return raw
+
+
+#: A message as the transcript and the events hold it: the id is required.
+StoredMessage: TypeAlias = Annotated[Message, BeforeValidator(_stored_message_has_id)]
 
 
 # ---------------------------------------------------------------------------
@@ -232,7 +298,7 @@ def tool_result(
 def _meta(values: Mapping[str, JSONValue]) -> MessageMeta:
     if not values:
         return MessageMeta()
-    return meta_from_dict(dict(values))
+    return _META_CODEC.load(dict(values))
 
 
 # ---------------------------------------------------------------------------
@@ -357,16 +423,8 @@ def message_to_wire(message: Message, *, reasoning_field: str | None = None) -> 
 def _content_to_wire(content: Content) -> JSONValue:
     if content is None or isinstance(content, str):
         return content
-    return [_part_to_dict(part) for part in content]
-
-
-def _part_to_dict(part: ContentPart) -> JSONObject:
-    if isinstance(part, TextPart):
-        return {"type": "text", "text": part.text}
-    image: JSONObject = {"url": part.url}
-    if part.detail is not None:
-        image["detail"] = part.detail
-    return {"type": "image_url", "image_url": image}
+    wire: JSONValue = _CONTENT_CODEC.dump(content)
+    return wire
 
 
 def from_wire(data: Mapping[str, object], *, id: str | None = None) -> Message:
@@ -381,7 +439,7 @@ def from_wire(data: Mapping[str, object], *, id: str | None = None) -> Message:
     reasoning = data.get("reasoning_content", data.get("reasoning"))
     return Message(
         role=cast(Role, role),
-        content=_content_from_data(data.get("content")),
+        content=_CONTENT_CODEC.load(data.get("content")),
         id=id or _opt_str(data, "id") or new_id(),
         tool_calls=calls,
         tool_call_id=_opt_str(data, "tool_call_id"),
@@ -407,172 +465,20 @@ def _tool_call_from_wire(raw: object) -> ToolCall:
 # ---------------------------------------------------------------------------
 # Storage format (lossless: ids, meta and reasoning included)
 
+MESSAGE_CODEC: Codec[Message] = Codec(StoredMessage, error=MessageFormatError, what="message")
+_META_CODEC: Codec[MessageMeta] = Codec(MessageMeta, error=MessageFormatError, what="meta")
+_CONTENT_CODEC: Codec[Content] = Codec(_StoredContent, error=MessageFormatError, what="content")
+
 
 def message_to_dict(message: Message) -> JSONObject:
     """The stored form of a message; ``message_from_dict`` inverts it exactly."""
-    out: JSONObject = {
-        "id": message.id,
-        "role": message.role,
-        "content": _content_to_wire(message.content),
-    }
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.name is not None:
-        out["name"] = message.name
-    if message.reasoning is not None:
-        out["reasoning"] = message.reasoning
-    meta = meta_to_dict(message.meta)
-    if meta:
-        out["meta"] = meta
-    return out
+    data: JSONObject = MESSAGE_CODEC.dump(message)
+    return data
 
 
 def message_from_dict(data: object) -> Message:
     """Parse a stored message, raising ``MessageFormatError`` naming the bad field."""
-    if not isinstance(data, dict):
-        raise MessageFormatError("message must be a JSON object")
-    role = data.get("role")
-    if not isinstance(role, str) or role not in ROLES:
-        raise MessageFormatError(f"message role must be one of {sorted(ROLES)}, got {role!r}")
-    message_id = data.get("id")
-    if not isinstance(message_id, str) or not message_id:
-        raise MessageFormatError("message needs a non-empty string 'id'")
-    calls: tuple[ToolCall, ...] = ()
-    calls_raw = data.get("tool_calls")
-    if calls_raw:
-        if not isinstance(calls_raw, list):
-            raise MessageFormatError(f"message {message_id}: tool_calls must be a list")
-        calls = tuple(_stored_tool_call(message_id, c) for c in calls_raw)
-    meta_raw = data.get("meta")
-    return Message(
-        role=cast(Role, role),
-        content=_content_from_data(data.get("content")),
-        id=message_id,
-        tool_calls=calls,
-        tool_call_id=_opt_str(data, "tool_call_id"),
-        name=_opt_str(data, "name"),
-        reasoning=_opt_str(data, "reasoning"),
-        meta=meta_from_dict(meta_raw) if meta_raw else _DEFAULT_META,
-    )
-
-
-def _stored_tool_call(message_id: str, raw: object) -> ToolCall:
-    if not isinstance(raw, dict):
-        raise MessageFormatError(f"message {message_id}: each tool call must be an object")
-    call_id, name, arguments = raw.get("id"), raw.get("name"), raw.get("arguments", "{}")
-    if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(arguments, str)):
-        raise MessageFormatError(
-            f"message {message_id}: tool call needs string 'id', 'name' and 'arguments'"
-        )
-    return ToolCall(call_id, name, arguments)
-
-
-def _content_from_data(raw: object) -> Content:
-    if raw is None or isinstance(raw, str):
-        return raw
-    if not isinstance(raw, list):
-        raise MessageFormatError("content must be a string, a list of parts, or null")
-    parts: list[ContentPart] = []
-    for part in raw:
-        if not isinstance(part, Mapping):
-            raise MessageFormatError("each content part must be an object")
-        kind = part.get("type")
-        if kind == "text":
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise MessageFormatError("text part needs a string 'text'")
-            parts.append(TextPart(text))
-        elif kind == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, Mapping) else image
-            if not isinstance(url, str):
-                raise MessageFormatError("image part needs 'image_url.url'")
-            detail = image.get("detail") if isinstance(image, Mapping) else None
-            parts.append(ImagePart(url, detail if isinstance(detail, str) else None))
-        else:
-            raise MessageFormatError(f"unknown content part type {kind!r}")
-    return tuple(parts)
-
-
-def meta_to_dict(meta: MessageMeta) -> JSONObject:
-    out: JSONObject = {}
-    if meta.kind != KIND_CHAT:
-        out["kind"] = meta.kind
-    if meta.hidden:
-        out["hidden"] = True
-    if meta.synthetic:
-        out["synthetic"] = True
-    if meta.tool_error:
-        out["tool_error"] = True
-    if meta.usage is not None:
-        out["usage"] = usage_to_dict(meta.usage)
-    if meta.extra:
-        out["extra"] = dict(meta.extra)
-    return out
-
-
-def meta_from_dict(raw: object) -> MessageMeta:
-    if not isinstance(raw, dict):
-        raise MessageFormatError("meta must be a JSON object")
-    kind = raw.get("kind", KIND_CHAT)
-    extra = raw.get("extra", {})
-    if not isinstance(kind, str):
-        raise MessageFormatError("meta.kind must be a string")
-    if not isinstance(extra, dict):
-        raise MessageFormatError("meta.extra must be an object")
-    usage = raw.get("usage")
-    return MessageMeta(
-        kind=kind,
-        hidden=raw.get("hidden") is True,
-        synthetic=raw.get("synthetic") is True,
-        tool_error=raw.get("tool_error") is True,
-        usage=usage_from_dict(usage) if usage is not None else None,
-        extra=extra,
-    )
-
-
-_USAGE_FIELDS = (
-    "prompt_tokens",
-    "completion_tokens",
-    "total_tokens",
-    "cached_tokens",
-    "cache_read_input_tokens",
-    "cache_creation_input_tokens",
-)
-
-
-def usage_to_dict(usage: Usage) -> JSONObject:
-    out: JSONObject = {}
-    for name in _USAGE_FIELDS:
-        value = getattr(usage, name)
-        if value is not None:
-            out[name] = value
-    return out
-
-
-def usage_from_dict(raw: object) -> Usage:
-    if not isinstance(raw, dict):
-        raise MessageFormatError("usage must be a JSON object")
-    values: dict[str, int | None] = {}
-    for name in _USAGE_FIELDS:
-        value = raw.get(name)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 0
-        ):
-            raise MessageFormatError(f"usage.{name} must be a non-negative integer")
-        values[name] = value
-    return Usage(
-        prompt_tokens=values["prompt_tokens"] or 0,
-        completion_tokens=values["completion_tokens"] or 0,
-        total_tokens=values["total_tokens"] or 0,
-        cached_tokens=values["cached_tokens"],
-        cache_read_input_tokens=values["cache_read_input_tokens"],
-        cache_creation_input_tokens=values["cache_creation_input_tokens"],
-    )
+    return MESSAGE_CODEC.load(data)
 
 
 def _opt_str(data: Mapping[str, object], key: str) -> str | None:

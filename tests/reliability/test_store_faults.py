@@ -234,11 +234,14 @@ def test_the_writer_writes_the_deepest_record_it_reads_and_refuses_one_level_mor
     ("record", "problem"),
     [
         (StateRecord("k", 2**70), "Integer exceeds 64-bit range"),
-        (StateRecord("k", {1: "x"}), "Dict key must be str"),  # type: ignore[dict-item]
-        (StateRecord("k", {"path": Path("/x")}), "not JSON serializable"),  # type: ignore[dict-item]
-        (CompactionRecord("auto", "llm", 1.5, 1, "s", ()), "'pre_tokens' must be an integer"),  # type: ignore[arg-type]
-        (CompactionRecord("often", "llm", 1, 1, "s", ()), "trigger must be one of"),  # type: ignore[arg-type]
-        (MessageRecord(Message("user", "x", id="")), "non-empty string 'id'"),
+        (StateRecord("k", {1: "x"}), "field 'value' holds a value of type dict"),  # type: ignore[dict-item]
+        (StateRecord("k", {"path": Path("/x")}), "field 'value' holds a value of type PosixPath"),  # type: ignore[dict-item]
+        (
+            CompactionRecord("auto", "llm", 1.5, 1, "s", ()),  # type: ignore[arg-type]
+            "field 'pre_tokens' holds a value of type float",
+        ),
+        (CompactionRecord("often", "llm", 1, 1, "s", ()), "trigger: Input should be 'auto'"),  # type: ignore[arg-type]
+        (MessageRecord(Message("user", "x", id="")), "message.id: String should have at least 1"),
     ],
 )
 def test_the_writer_refuses_a_record_the_loader_would_skip(
@@ -470,6 +473,7 @@ def test_restore_skips_each_bad_part_of_a_state_snapshot_with_a_warning() -> Non
                 {"path": "nul\0.py", "read_at": 1},
                 {"path": "inf.py", "read_at": 1e308 * 10},
                 "not an object",
+                {"path": "flag.py", "read_at": True},
             ],
             "plan_file": 3,
             "skills": [{"name": ["x"], "skill_file": "s.md"}, {"name": "ok", "skill_file": "s.md"}],
@@ -483,15 +487,17 @@ def test_restore_skips_each_bad_part_of_a_state_snapshot_with_a_warning() -> Non
     assert state.tasks == {}
     assert [t.content for t in state.todos] == ["write tests"]
     assert warnings == [
-        "state 'reads' item 1 field 'read_at' is not a number; skipped",
-        "state 'reads' item 2 field 'path' is a number, not a string; skipped",
-        "state 'reads' item 3 field 'path' holds a NUL character, which no path can; skipped",
-        "state 'reads' item 4 field 'read_at' is not a finite number; skipped",
-        "state 'reads' item 5 is a string, not an object; skipped",
-        "state 'plan_file' field 'plan_file' is a number, not a string; plan mode not restored",
-        "state 'skills' item 0 field 'name' is an array, not a string; skipped",
+        "state 'reads' item 1: read_at: Input should be a valid number, unable to parse string"
+        ' as a number (got "yesterday"); skipped',
+        "state 'reads' item 2: path: Input should be a valid string (got 5); skipped",
+        "state 'reads' item 3: path: holds a NUL character, which no path can; skipped",
+        "state 'reads' item 4: read_at: Input should be a finite number (got Infinity); skipped",
+        "state 'reads' item 5: must be a JSON object (got \"not an object\"); skipped",
+        "state 'reads' item 6: read_at: is a boolean, not a number (got true); skipped",
+        "state 'plan_file': Input should be a valid string (got 3); plan mode not restored",
+        "state 'skills' item 0: name: Input should be a valid string; skipped",
         "state 'tasks' is an object, not a list; skipped",
-        "state 'todos' item 0 field 'content' is an object, not a string; skipped",
+        "state 'todos' item 0: content: Input should be a valid string; skipped",
     ]
 
 

@@ -2,9 +2,10 @@
 
 Every event is a frozen dataclass with a stable wire name (``WIRE``); its
 fields go on the wire in camelCase (``is_compacting`` → ``isCompacting``),
-messages as the transcript writes them (``cairn.messages.message_to_dict``).
-``event_to_wire`` / ``event_from_wire`` are the one JSON codec: ``cairn -p
---output-format stream-json`` prints it, and every surface sends it.
+messages as the transcript writes them — both through ``cairn.codec``, the
+mechanism the transcript uses too. ``event_to_wire`` / ``event_from_wire`` are
+the one JSON codec: ``cairn -p --output-format stream-json`` prints it, and
+every surface sends it.
 
 Ordering rules a surface may rely on (README, *Events*):
 
@@ -25,32 +26,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias, get_args
 
+from pydantic import ConfigDict, StrictBool, StrictInt
+from pydantic.alias_generators import to_camel
+
+from cairn.codec import Codec
 from cairn.errors import CairnError
-from cairn.messages import (
-    JSONObject,
-    JSONValue,
-    Message,
-    ToolCall,
-    message_from_dict,
-    message_to_dict,
-)
+from cairn.messages import JSONObject, Message, StoredMessage, ToolCall
 
 SessionStatus: TypeAlias = Literal["idle", "streaming", "tools", "compacting"]
 SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
 
 
+class _OnTheWire:
+    """The base of every event: its fields travel under camelCase names."""
+
+    __slots__ = ()
+    __pydantic_config__ = ConfigDict(alias_generator=to_camel)
+
+
 @dataclass(frozen=True)
-class MessageAdded:
+class MessageAdded(_OnTheWire):
     WIRE: ClassVar[str] = "messageAdded"
 
-    message: Message
+    message: StoredMessage
 
 
 @dataclass(frozen=True)
-class MessageUpdated:
+class MessageUpdated(_OnTheWire):
     """A streaming assistant message so far (accumulated text, not the delta)."""
 
     WIRE: ClassVar[str] = "messageUpdated"
@@ -61,29 +66,29 @@ class MessageUpdated:
 
 
 @dataclass(frozen=True)
-class ToolStarted:
+class ToolStarted(_OnTheWire):
     WIRE: ClassVar[str] = "toolStarted"
 
     call: ToolCall
 
 
 @dataclass(frozen=True)
-class ToolFinished:
+class ToolFinished(_OnTheWire):
     WIRE: ClassVar[str] = "toolFinished"
 
     call_id: str
-    result: Message
+    result: StoredMessage
 
 
 @dataclass(frozen=True)
-class CompactionStateChange:
+class CompactionStateChange(_OnTheWire):
     WIRE: ClassVar[str] = "compactionStateChange"
 
-    is_compacting: bool
+    is_compacting: StrictBool
 
 
 @dataclass(frozen=True)
-class CompactionContentUpdate:
+class CompactionContentUpdate(_OnTheWire):
     """The compaction fork's text so far (accumulated)."""
 
     WIRE: ClassVar[str] = "compactionContentUpdate"
@@ -92,32 +97,32 @@ class CompactionContentUpdate:
 
 
 @dataclass(frozen=True)
-class CompactBlockAdded:
+class CompactBlockAdded(_OnTheWire):
     WIRE: ClassVar[str] = "compactBlockAdded"
 
-    block: Message
+    block: StoredMessage
 
 
 @dataclass(frozen=True)
-class UsageUpdate:
+class UsageUpdate(_OnTheWire):
     """``latestTotalTokens``: the provider's ``total_tokens`` only, never cache fields."""
 
     WIRE: ClassVar[str] = "usage"
 
-    latest_total_tokens: int
-    window: int | None = None
-    input_budget: int | None = None
+    latest_total_tokens: StrictInt
+    window: StrictInt | None = None
+    input_budget: StrictInt | None = None
 
 
 @dataclass(frozen=True)
-class StatusChange:
+class StatusChange(_OnTheWire):
     WIRE: ClassVar[str] = "statusChange"
 
     status: SessionStatus
 
 
 @dataclass(frozen=True)
-class Notice:
+class Notice(_OnTheWire):
     """Something the user should see: a hook's stderr, a skipped compaction."""
 
     WIRE: ClassVar[str] = "notice"
@@ -126,7 +131,7 @@ class Notice:
 
 
 @dataclass(frozen=True)
-class PermissionRequested:
+class PermissionRequested(_OnTheWire):
     """A tool waits for the user's decision; ``options`` are the decisions offered."""
 
     WIRE: ClassVar[str] = "permissionRequested"
@@ -140,7 +145,7 @@ class PermissionRequested:
 
 
 @dataclass(frozen=True)
-class ErrorEvent:
+class ErrorEvent(_OnTheWire):
     WIRE: ClassVar[str] = "error"
 
     message: str
@@ -182,28 +187,16 @@ class EventFormatError(CairnError, ValueError):
     """A wire event that is not one of ours, or has a field of the wrong shape."""
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def _encode(value: object) -> JSONValue:
-    if isinstance(value, Message):
-        return message_to_dict(value)
-    if isinstance(value, ToolCall):
-        return {"id": value.id, "name": value.name, "arguments": value.arguments}
-    if isinstance(value, tuple):
-        return [_encode(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    raise TypeError(f"no wire form for {type(value).__name__}")
+_CODECS: dict[str, Codec[Event]] = {
+    kind.WIRE: Codec(kind, error=EventFormatError, what=kind.WIRE, by_alias=True)
+    for kind in EVENT_TYPES
+}
 
 
 def event_to_wire(event: Event) -> JSONObject:
     """``{"type": "<wireName>", <camelCase fields>…}``: what every surface sends."""
     out: JSONObject = {"type": event.WIRE}
-    for f in fields(event):
-        out[_camel(f.name)] = _encode(getattr(event, f.name))
+    out.update(_CODECS[event.WIRE].dump(event))
     return out
 
 
@@ -211,33 +204,10 @@ def event_from_wire(data: object) -> Event:
     """The event ``event_to_wire`` encoded; ``EventFormatError`` for anything else."""
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise EventFormatError("an event is a JSON object with a string 'type'")
-    kind = _BY_WIRE.get(data["type"])
-    if kind is None:
+    codec = _CODECS.get(data["type"])
+    if codec is None:
         raise EventFormatError(f"unknown event type {data['type']!r}")
-    values: dict[str, object] = {}
-    for f in fields(kind):
-        key = _camel(f.name)
-        if key not in data:
-            continue  # a default applies (or the constructor says what is missing)
-        values[f.name] = _decode(kind, f.name, data[key])
-    try:
-        return kind(**values)  # type: ignore[arg-type]
-    except TypeError as exc:
-        raise EventFormatError(f"{data['type']}: {exc}") from None
-
-
-def _decode(kind: type[Event], name: str, value: object) -> object:
-    hint = {f.name: f.type for f in fields(kind)}[name]
-    try:
-        if hint in ("Message", Message):
-            return message_from_dict(value)
-        if hint in ("ToolCall", ToolCall) and isinstance(value, dict):
-            return ToolCall(str(value["id"]), str(value["name"]), str(value["arguments"]))
-    except (KeyError, ValueError) as exc:
-        raise EventFormatError(f"{kind.WIRE}.{_camel(name)}: {exc}") from None
-    if isinstance(value, list):
-        return tuple(value)
-    return value
+    return codec.load(data)
 
 
 class EventBus:

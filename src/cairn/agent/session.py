@@ -268,7 +268,9 @@ class Session:
         setup = SubagentSetup(
             task_id=task_id,
             workspace=self.workspace,
-            transcript=self.session_dir / "subagents" / f"{task_id}.jsonl",
+            parent_id=self.id,
+            stores=self.runtime.store_factory,
+            artifacts_dir=self.session_dir / "subagents" / task_id,
             model=self.model,
             provider=self.runtime.provider,
             config=self.pipeline.config,

@@ -6,12 +6,14 @@ is persisted as ``state`` records so a resumed session restores it too.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeAlias, TypeVar
 
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from cairn.codec import Codec, invalid
 from cairn.context.restoration_source import BackgroundTask, FileRead, InvokedSkill, PlanState
 from cairn.messages import JSONObject, JSONValue, json_kind
 
@@ -93,27 +95,18 @@ class SessionState:
     # -- persistence -----------------------------------------------------------
 
     def to_json(self) -> JSONObject:
-        reads: list[JSONValue] = [
-            {"path": str(r.path), "read_at": r.read_at} for r in self.reads[-50:]
-        ]
-        return {
-            "reads": reads,
-            "plan_file": str(self.plan.plan_file) if self.plan else None,
-            "skills": [
-                {
-                    "name": s.name,
-                    "skill_file": str(s.skill_file),
-                    "description": s.description,
-                    "body_as_seen": s.body_as_seen,
-                }
+        snapshot = _Snapshot(
+            reads=tuple(_StoredRead(str(r.path), r.read_at) for r in self.reads[-50:]),
+            plan_file=str(self.plan.plan_file) if self.plan else None,
+            skills=tuple(
+                _StoredSkill(s.name, str(s.skill_file), s.description, s.body_as_seen)
                 for s in self.skills
-            ],
-            "tasks": [
-                {"id": t.id, "description": t.description, "status": t.status}
-                for t in self.tasks.values()
-            ],
-            "todos": [{"content": t.content, "status": t.status} for t in self.todos],
-        }
+            ),
+            tasks=tuple(_StoredTask(t.id, t.description, t.status) for t in self.tasks.values()),
+            todos=tuple(_StoredTodo(t.content, t.status) for t in self.todos),
+        )
+        data: JSONObject = _SNAPSHOT.dump(snapshot)
+        return data
 
     def restore(self, data: JSONValue) -> list[str]:
         """Load a persisted snapshot; return a warning for each part that was skipped.
@@ -125,28 +118,99 @@ class SessionState:
         if not isinstance(data, dict):
             return [f"state snapshot is {json_kind(data)}, not an object; ignored"]
         warnings: list[str] = []
-        self.reads = _restore_items(data, "reads", warnings, self._read)
+        self.reads = [
+            FileRead(Path(r.path), self.session_id, self.workspace, r.read_at)
+            for r in _restore_items(data, "reads", warnings, _READ)
+        ]
         self.plan = _plan(data.get("plan_file"), warnings)
-        self.skills = _restore_items(data, "skills", warnings, _skill)
-        self.tasks = {t.id: t for t in _restore_items(data, "tasks", warnings, _task)}
-        self.todos = _restore_items(data, "todos", warnings, _todo)
+        self.skills = [
+            InvokedSkill(s.name, Path(s.skill_file), s.description, s.body_as_seen)
+            for s in _restore_items(data, "skills", warnings, _SKILL)
+        ]
+        self.tasks = {
+            t.id: BackgroundTask(t.id, t.description, _restarted(t.status or "unknown"))
+            for t in _restore_items(data, "tasks", warnings, _TASK)
+        }
+        self.todos = [
+            Todo(t.content, t.status or "pending")
+            for t in _restore_items(data, "todos", warnings, _TODO)
+        ]
         return warnings
 
-    def _read(self, item: dict[str, JSONValue]) -> FileRead:
-        return FileRead(
-            _path(item, "path"), self.session_id, self.workspace, _timestamp(item, "read_at")
-        )
+
+# ---------------------------------------------------------------------------
+# The snapshot as a ``state`` record stores it
 
 
 class _BadPartError(ValueError):
     """One part of a state snapshot has the wrong shape; the message says how."""
 
 
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise invalid("holds a NUL character, which no path can")
+    return value
+
+
+def _not_a_boolean(value: object) -> object:
+    # A JSON true is not a time; pydantic would read it as 1.0.
+    if isinstance(value, bool):
+        raise invalid(f"is a boolean, not a number (got {str(value).lower()})")
+    return value
+
+
+_StoredPath: TypeAlias = Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]
+_Timestamp: TypeAlias = Annotated[
+    float, Field(allow_inf_nan=False), BeforeValidator(_not_a_boolean)
+]
+
+
+@dataclass(frozen=True)
+class _StoredRead:
+    path: _StoredPath
+    read_at: _Timestamp
+
+
+@dataclass(frozen=True)
+class _StoredSkill:
+    name: Annotated[str, Field(min_length=1)]
+    skill_file: _StoredPath
+    description: str = ""
+    body_as_seen: str | None = None
+
+
+@dataclass(frozen=True)
+class _StoredTask:
+    id: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class _StoredTodo:
+    content: str = ""
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    reads: tuple[_StoredRead, ...]
+    plan_file: str | None
+    skills: tuple[_StoredSkill, ...]
+    tasks: tuple[_StoredTask, ...]
+    todos: tuple[_StoredTodo, ...]
+
+
+_SNAPSHOT: Codec[_Snapshot] = Codec(_Snapshot, error=_BadPartError, what="state")
+_READ: Codec[_StoredRead] = Codec(_StoredRead, error=_BadPartError, what="")
+_SKILL: Codec[_StoredSkill] = Codec(_StoredSkill, error=_BadPartError, what="")
+_TASK: Codec[_StoredTask] = Codec(_StoredTask, error=_BadPartError, what="")
+_TODO: Codec[_StoredTodo] = Codec(_StoredTodo, error=_BadPartError, what="")
+_PLAN_FILE: Codec[str | None] = Codec(_StoredPath | None, error=_BadPartError, what="")
+
+
 def _restore_items(
-    data: dict[str, JSONValue],
-    key: str,
-    warnings: list[str],
-    build: Callable[[dict[str, JSONValue]], _T],
+    data: dict[str, JSONValue], key: str, warnings: list[str], codec: Codec[_T]
 ) -> list[_T]:
     raw = data.get(key)
     if raw is None:
@@ -157,72 +221,21 @@ def _restore_items(
     items: list[_T] = []
     for index, item in enumerate(raw):
         try:
-            if not isinstance(item, dict):
-                raise _BadPartError(f"is {json_kind(item)}, not an object")
-            items.append(build(item))
+            items.append(codec.load(item))
         except _BadPartError as exc:
-            warnings.append(f"state '{key}' item {index} {exc}; skipped")
+            warnings.append(f"state '{key}' item {index}: {exc}; skipped")
     return items
 
 
 def _plan(raw: JSONValue, warnings: list[str]) -> PlanState | None:
-    if raw is None:
-        return None
     try:
-        return PlanState(_path({"plan_file": raw}, "plan_file"))
+        plan_file = _PLAN_FILE.load(raw)
     except _BadPartError as exc:
-        warnings.append(f"state 'plan_file' {exc}; plan mode not restored")
+        warnings.append(f"state 'plan_file': {exc}; plan mode not restored")
         return None
+    return PlanState(Path(plan_file)) if plan_file is not None else None
 
 
-def _skill(item: dict[str, JSONValue]) -> InvokedSkill:
-    body = item.get("body_as_seen")
-    if body is not None and not isinstance(body, str):
-        raise _BadPartError(f"field 'body_as_seen' is {json_kind(body)}, not a string")
-    return InvokedSkill(
-        _text(item, "name", required=True),
-        _path(item, "skill_file"),
-        _text(item, "description"),
-        body,
-    )
-
-
-def _task(item: dict[str, JSONValue]) -> BackgroundTask:
-    status = _text(item, "status") or "unknown"
+def _restarted(status: str) -> str:
     # A background task does not survive a restart: say so instead of "running".
-    if status == "running":
-        status = "interrupted (session restarted)"
-    return BackgroundTask(_text(item, "id", required=True), _text(item, "description"), status)
-
-
-def _todo(item: dict[str, JSONValue]) -> Todo:
-    return Todo(_text(item, "content"), _text(item, "status") or "pending")
-
-
-def _text(item: dict[str, JSONValue], key: str, *, required: bool = False) -> str:
-    value = item.get(key, "")
-    if not isinstance(value, str):
-        raise _BadPartError(f"field '{key}' is {json_kind(value)}, not a string")
-    if required and not value:
-        raise _BadPartError(f"field '{key}' is missing or empty")
-    return value
-
-
-def _path(item: dict[str, JSONValue], key: str) -> Path:
-    value = _text(item, key, required=True)
-    if "\0" in value:
-        raise _BadPartError(f"field '{key}' holds a NUL character, which no path can")
-    return Path(value)
-
-
-def _timestamp(item: dict[str, JSONValue], key: str) -> float:
-    value = item.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise _BadPartError(f"field '{key}' is {json_kind(value)}, not a number")
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        raise _BadPartError(f"field '{key}' is not a number") from None
-    if not math.isfinite(number):
-        raise _BadPartError(f"field '{key}' is not a finite number")
-    return number
+    return "interrupted (session restarted)" if status == "running" else status

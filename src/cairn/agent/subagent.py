@@ -2,7 +2,8 @@
 
 The ``task`` tool gets ``run_subagent`` injected by the session (so the tool
 imports neither the session nor the loop). The subagent has its own durable
-transcript and pipeline under the session's folder, the session's tools but
+transcript (opened through the runtime's store factory, kept with the parent
+session) and pipeline, the session's tools but
 ``task`` itself, and the parent's tool context (workspace, permissions, the
 turn's abort). It runs ``run_loop`` — the same check → request → tools cycle
 as a session, with reactive recovery and abort — and its notices and errors
@@ -28,7 +29,7 @@ from cairn.messages import system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider
 from cairn.provider.config import ModelConfig
-from cairn.store import JsonlTranscriptStore, SessionRecord, StoreError
+from cairn.store import SessionRecord, StoreError, StoreFactory
 
 #: Requests a subagent may make before it must report.
 MAX_SUBAGENT_REQUESTS = 30
@@ -40,7 +41,11 @@ class SubagentSetup:
 
     task_id: str
     workspace: Path
-    transcript: Path
+    #: The parent session's id: the task's transcript is kept with it.
+    parent_id: str
+    stores: StoreFactory
+    #: The local folder for the task's saved outputs.
+    artifacts_dir: Path
     model: ModelConfig
     provider: ChatProvider
     config: CompactionConfig
@@ -92,9 +97,8 @@ class _SubagentHost:
 async def run_subagent(setup: SubagentSetup, prompt: str, ctx: ToolContext) -> str:
     """Run the task to its report; ``SubagentError`` says why there is none."""
     try:
-        setup.transcript.parent.mkdir(parents=True, exist_ok=True)
-        store = JsonlTranscriptStore.create(
-            setup.transcript, SessionRecord(setup.task_id, str(setup.workspace))
+        store = setup.stores.create_subagent(
+            setup.workspace, setup.parent_id, SessionRecord(setup.task_id, str(setup.workspace))
         )
     except (OSError, StoreError) as exc:
         raise SubagentError(f"its transcript could not be created: {exc}") from exc
@@ -105,7 +109,7 @@ async def run_subagent(setup: SubagentSetup, prompt: str, ctx: ToolContext) -> s
         workspace=setup.workspace,
         tool_effects=setup.tools.effects(),
         summarizer=LLMSummarizer(setup.provider, setup.model),
-        artifacts_dir=setup.transcript.with_suffix(""),
+        artifacts_dir=setup.artifacts_dir,
     )
     try:
         result = await run_loop(

@@ -12,8 +12,14 @@ persisted with the session so that a resume projects as well as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, TypeAlias
 
+from pydantic import Field, StrictInt
+
+from cairn.codec import Codec
 from cairn.messages import JSONValue
+
+_Count: TypeAlias = Annotated[StrictInt, Field(ge=0)]
 
 #: The key of the ``state`` record that persists the calibration.
 CALIBRATION_KEY = "fixed_context"
@@ -26,35 +32,32 @@ class FixedCalibration:
     #: ``FixedContext.fingerprint`` of the fixed context it was measured on.
     fingerprint: str
     #: The seeds' estimate of that fixed context.
-    estimate: int
+    estimate: _Count
     #: Its size as the provider counted it.
-    tokens: int
+    tokens: _Count
     #: Estimated tokens of the messages in the measured request (smaller is sharper).
-    message_tokens: int
+    message_tokens: _Count
 
     def to_json(self) -> JSONValue:
-        return {
-            "fingerprint": self.fingerprint,
-            "estimate": self.estimate,
-            "tokens": self.tokens,
-            "message_tokens": self.message_tokens,
-        }
+        data: JSONValue = _CODEC.dump(self)
+        return data
 
     @classmethod
     def from_json(cls, value: JSONValue) -> FixedCalibration | None:
         """The calibration a ``state`` record holds, or ``None`` when it is malformed."""
-        if not isinstance(value, dict):
+        try:
+            return _CODEC.load(value)
+        except _MalformedError:
             return None
-        fingerprint = value.get("fingerprint")
-        numbers: list[int] = []
-        for key in ("estimate", "tokens", "message_tokens"):
-            number = value.get(key)
-            if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-                return None
-            numbers.append(number)
-        if not isinstance(fingerprint, str):
-            return None
-        return cls(fingerprint, *numbers)
+
+
+class _MalformedError(ValueError):
+    """A persisted calibration of the wrong shape: it is measured again instead."""
+
+
+_CODEC: Codec[FixedCalibration] = Codec(
+    FixedCalibration, error=_MalformedError, what="fixed-context calibration"
+)
 
 
 def measure(

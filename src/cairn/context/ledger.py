@@ -29,7 +29,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import Field, StrictBool, StrictInt
+
+from cairn.codec import Codec
 from cairn.context.effects import ToolEffects, written_files
 from cairn.context.tool_budget import write_durably
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONValue, Message, MessageMeta
@@ -119,11 +123,11 @@ class CheckpointEntry:
     """One user message of the active task, as the checkpoint holds it."""
 
     id: str  # the message's id: names its saved file, identifies it across compactions
-    number: int  # its place among the task's user messages, from 1
+    number: Annotated[StrictInt, Field(alias="n")]  # its place among the user messages, from 1
     #: The message verbatim, or (``oversized``) head + marker + tail; ``None``:
     #: left out, only its ``constraints`` are kept.
     text: str | None
-    oversized: bool = False
+    oversized: StrictBool = False
     saved: str | None = None  # the file holding the full text of an oversized message
     #: Constraint lines of the full text, verbatim, kept because ``text`` is
     #: not the whole message (a verbatim entry's constraints are in its text).
@@ -134,14 +138,8 @@ class CheckpointEntry:
         return self.text is not None and not self.oversized
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {
-            "id": self.id,
-            "n": self.number,
-            "text": self.text,
-            "oversized": self.oversized,
-            "saved": self.saved,
-            "constraints": list(self.constraints),
-        }
+        data: dict[str, JSONValue] = _ENTRY_CODEC.dump(self)
+        return data
 
     @staticmethod
     def from_json(raw: JSONValue, number: int) -> CheckpointEntry | None:
@@ -149,26 +147,21 @@ class CheckpointEntry:
         if isinstance(raw, str):
             digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
             return CheckpointEntry(f"carried-{digest}", number, raw)
-        if not isinstance(raw, dict):
+        try:
+            entry = _ENTRY_CODEC.load(raw)
+        except _MalformedEntryError:
             return None
-        id_, n, text = raw.get("id"), raw.get("n"), raw.get("text")
-        constraints = raw.get("constraints")
-        saved = raw.get("saved")
-        if not isinstance(id_, str) or not isinstance(n, int) or isinstance(n, bool):
-            return None
-        if text is not None and not isinstance(text, str):
-            return None
-        lines = (
-            [c for c in constraints if isinstance(c, str)] if isinstance(constraints, list) else []
-        )
-        return CheckpointEntry(
-            id_,
-            n,
-            text,
-            oversized=raw.get("oversized") is True and text is not None,
-            saved=saved if isinstance(saved, str) else None,
-            constraints=tuple(lines),
-        )
+        # Only a shown text can be a cut one.
+        return replace(entry, oversized=False) if entry.text is None else entry
+
+
+class _MalformedEntryError(ValueError):
+    """A carried entry of the wrong shape: the next compaction rebuilds it from the messages."""
+
+
+_ENTRY_CODEC: Codec[CheckpointEntry] = Codec(
+    CheckpointEntry, error=_MalformedEntryError, what="active-task entry", by_alias=True
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,16 @@ class StoreFactory(Protocol):
         """An existing session, for writing; ``NotATranscriptError`` if there is none."""
         ...
 
+    def create_subagent(
+        self, workspace: Path, parent_id: str, header: SessionRecord
+    ) -> TranscriptStore:
+        """A background task's own transcript (``header.session_id`` is the task's id).
+
+        It belongs to the parent session: kept with it, never listed among
+        the workspace's sessions nor resumed on its own.
+        """
+        ...
+
     def exists(self, workspace: Path, session_id: str) -> bool: ...
 
     def sessions(self, workspace: Path) -> list[StoredSession]:

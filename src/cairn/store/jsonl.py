@@ -497,6 +497,18 @@ class JsonlStoreFactory:
             self.path(workspace, session_id), fsync_every_record=self._fsync_every_record
         )
 
+    def create_subagent(
+        self, workspace: Path, parent_id: str, header: SessionRecord
+    ) -> JsonlTranscriptStore:
+        # In the parent's folder, which ``sessions`` does not glob.
+        folder = self.artifacts_dir(workspace, parent_id) / "subagents"
+        folder.mkdir(parents=True, exist_ok=True)
+        return JsonlTranscriptStore.create(
+            folder / f"{header.session_id}.jsonl",
+            header,
+            fsync_every_record=self._fsync_every_record,
+        )
+
     def exists(self, workspace: Path, session_id: str) -> bool:
         return self.path(workspace, session_id).exists()
 

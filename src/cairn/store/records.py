@@ -16,18 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import ClassVar, Literal, TypeAlias, cast
+from typing import Annotated, ClassVar, Literal, TypeAlias
 
 import orjson
+from pydantic import StrictInt
 
+from cairn.codec import OMIT_NONE, Codec, JSONDepthError
 from cairn.errors import CairnError
 from cairn.messages import (
     JSONObject,
     JSONValue,
     Message,
     MessageFormatError,
+    StoredMessage,
     find_orphans,
-    message_from_dict,
     message_to_dict,
     new_id,
     scrub,
@@ -72,7 +74,7 @@ class SessionRecord:
     workspace: str
     id: str = field(default_factory=lambda: new_id("rec"))
     ts: str = field(default_factory=now_ts)
-    model: str | None = None
+    model: Annotated[str | None, OMIT_NONE] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,7 @@ class MessageRecord:
 
     TYPE: ClassVar[str] = "message"
 
-    message: Message
+    message: StoredMessage
     ts: str = field(default_factory=now_ts)
 
     @property
@@ -95,9 +97,9 @@ class HandoffRecord:
 
     TYPE: ClassVar[str] = "handoff"
 
-    message: Message
-    epoch: int
-    version: int = 1
+    message: StoredMessage
+    epoch: StrictInt
+    version: StrictInt = 1
     ts: str = field(default_factory=now_ts)
 
     @property
@@ -131,12 +133,12 @@ class CompactionRecord:
 
     trigger: Trigger
     strategy: Strategy
-    pre_tokens: int
-    post_tokens: int
+    pre_tokens: StrictInt
+    post_tokens: StrictInt
     summary: str
-    replacement_messages: tuple[Message, ...]
+    replacement_messages: tuple[StoredMessage, ...]
     files: tuple[str, ...] = ()
-    version: int = CHECKPOINT_VERSION
+    version: StrictInt = CHECKPOINT_VERSION
     id: str = field(default_factory=lambda: new_id("rec"))
     ts: str = field(default_factory=now_ts)
 
@@ -209,17 +211,23 @@ def check_checkpoint(record: CompactionRecord) -> int:
 
 def _replacement_bytes(messages: Sequence[Message]) -> bytes:
     """The replacement messages as they would be written (lone surrogates scrubbed)."""
-    data: JSONValue = [message_to_dict(m) for m in messages]
+    too_deep = CheckpointError(
+        f"checkpoint replacement messages nest JSON more than {MAX_JSON_DEPTH - 1} "
+        f"levels deep (a record line may nest {MAX_JSON_DEPTH} in all)"
+    )
+    try:
+        data: JSONValue = [message_to_dict(m) for m in messages]
+    except JSONDepthError:
+        raise too_deep from None
+    except MessageFormatError as exc:
+        raise CheckpointError(f"checkpoint replacement messages: {exc}") from None
     try:
         return orjson.dumps(data)
     except orjson.JSONEncodeError:
         pass
     # The line nests the list inside the record object: one level more.
     if exceeds_depth(data, MAX_JSON_DEPTH - 1):
-        raise CheckpointError(
-            f"checkpoint replacement messages nest JSON more than {MAX_JSON_DEPTH - 1} "
-            f"levels deep (a record line may nest {MAX_JSON_DEPTH} in all)"
-        )
+        raise too_deep
     try:
         return orjson.dumps(scrub_json(data))
     except orjson.JSONEncodeError as exc:
@@ -269,41 +277,33 @@ def line_exceeds_depth(line: bytes, value: object) -> bool:
 # Encoding
 
 
+def _codec(kind: type[Record]) -> Codec[Record]:
+    return Codec(kind, error=RecordFormatError, what=f"{kind.TYPE} record")
+
+
+#: Each record type's codec, by the ``type`` its lines carry.
+_CODECS: Mapping[str, Codec[Record]] = {
+    kind.TYPE: _codec(kind)
+    for kind in (
+        SessionRecord,
+        MessageRecord,
+        HandoffRecord,
+        ContextEditRecord,
+        CompactionRecord,
+        StateRecord,
+        ErrorRecord,
+    )
+}
+
+
 def record_to_dict(record: Record) -> JSONObject:
-    """The JSON object written as one line of the transcript."""
-    out: JSONObject = {"v": RECORD_VERSION, "type": record.TYPE, "id": record.id, "ts": record.ts}
-    match record:
-        case SessionRecord():
-            out["session_id"] = record.session_id
-            out["workspace"] = record.workspace
-            if record.model is not None:
-                out["model"] = record.model
-        case MessageRecord():
-            out["message"] = message_to_dict(record.message)
-        case HandoffRecord():
-            out["version"] = record.version
-            out["epoch"] = record.epoch
-            out["message"] = message_to_dict(record.message)
-        case ContextEditRecord():
-            out["edits"] = [
-                {"message_id": e.message_id, "content": e.content, "reason": e.reason}
-                for e in record.edits
-            ]
-        case CompactionRecord():
-            out["version"] = record.version
-            out["trigger"] = record.trigger
-            out["strategy"] = record.strategy
-            out["pre_tokens"] = record.pre_tokens
-            out["post_tokens"] = record.post_tokens
-            out["summary"] = record.summary
-            out["files"] = list(record.files)
-            out["replacement_messages"] = [message_to_dict(m) for m in record.replacement_messages]
-        case StateRecord():
-            out["key"] = record.key
-            out["value"] = record.value
-        case ErrorRecord():
-            out["text"] = record.text
-            out["source"] = record.source
+    """The JSON object written as one line of the transcript.
+
+    The envelope (``v``, ``type``, ``id``) comes first, then the record's own
+    fields as its codec writes them.
+    """
+    out: JSONObject = {"v": RECORD_VERSION, "type": record.TYPE, "id": record.id}
+    out.update(_CODECS[record.TYPE].dump(record))
     return out
 
 
@@ -327,7 +327,10 @@ def encode_line(record: Record) -> tuple[bytes, Record]:
     the loader would skip must never be written. A writer keeps the returned
     record, so what it holds in memory is what a reload will hold.
     """
-    data = record_to_dict(record)
+    try:
+        data = record_to_dict(record)
+    except JSONDepthError:
+        raise _too_deep(record) from None
     try:
         line = orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:
@@ -344,15 +347,19 @@ def _encode_slowly(record: Record, data: JSONObject) -> bytes:
     # Measured before scrubbing: the scrub recurses, and a value nested far
     # enough would exhaust the interpreter's stack.
     if exceeds_depth(data, MAX_JSON_DEPTH):
-        raise RecordFormatError(
-            f"{record.TYPE} record {record.id!r} nests JSON more than {MAX_JSON_DEPTH} levels deep"
-        )
+        raise _too_deep(record)
     try:
         return orjson.dumps(scrub_json(data), option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError as exc:
         raise RecordFormatError(
             f"{record.TYPE} record {record.id!r} cannot be encoded as JSON ({exc})"
         ) from None
+
+
+def _too_deep(record: Record) -> RecordFormatError:
+    return RecordFormatError(
+        f"{record.TYPE} record {record.id!r} nests JSON more than {MAX_JSON_DEPTH} levels deep"
+    )
 
 
 def scrub_json(value: JSONValue) -> JSONValue:
@@ -390,95 +397,15 @@ def record_from_dict(data: object) -> Record:
     kind = data.get("type")
     if not isinstance(kind, str):
         raise RecordFormatError("record field 'type' must be a string")
-    ts = _str(data, "ts")
-    try:
-        match kind:
-            case "message":
-                return MessageRecord(message_from_dict(data.get("message")), ts=ts)
-            case "handoff":
-                return HandoffRecord(
-                    message=message_from_dict(data.get("message")),
-                    epoch=_int(data, "epoch"),
-                    version=_int(data, "version"),
-                    ts=ts,
-                )
-            case "compaction":
-                return _compaction_from_dict(data, ts)
-            case "context_edit":
-                edits = data.get("edits")
-                if not isinstance(edits, list):
-                    raise RecordFormatError("context_edit record needs an 'edits' list")
-                return ContextEditRecord(
-                    tuple(_edit_from_dict(e) for e in edits), id=_str(data, "id"), ts=ts
-                )
-            case "session":
-                model = data.get("model")
-                return SessionRecord(
-                    session_id=_str(data, "session_id"),
-                    workspace=_str(data, "workspace"),
-                    id=_str(data, "id"),
-                    ts=ts,
-                    model=model if isinstance(model, str) else None,
-                )
-            case "state":
-                return StateRecord(_str(data, "key"), data.get("value"), id=_str(data, "id"), ts=ts)
-            case "error":
-                return ErrorRecord(
-                    _str(data, "text"),
-                    source=_str(data, "source"),
-                    id=_str(data, "id"),
-                    ts=ts,
-                )
-            case _:
-                raise RecordFormatError(f"unknown record type {kind!r}")
-    except MessageFormatError as exc:
-        raise RecordFormatError(f"{kind} record: {exc}") from exc
-
-
-def _compaction_from_dict(data: Mapping[str, object], ts: str) -> CompactionRecord:
-    trigger, strategy = data.get("trigger"), data.get("strategy")
-    if not isinstance(trigger, str) or trigger not in TRIGGERS:
-        raise RecordFormatError(f"compaction trigger must be one of {sorted(TRIGGERS)}")
-    if not isinstance(strategy, str) or strategy not in STRATEGIES:
-        raise RecordFormatError(f"compaction strategy must be one of {sorted(STRATEGIES)}")
-    raw_messages = data.get("replacement_messages")
-    if not isinstance(raw_messages, list):
-        raise RecordFormatError("compaction record needs a 'replacement_messages' list")
-    files = data.get("files", [])
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        raise RecordFormatError("compaction 'files' must be a list of strings")
-    return CompactionRecord(
-        trigger=cast(Trigger, trigger),
-        strategy=cast(Strategy, strategy),
-        pre_tokens=_int(data, "pre_tokens"),
-        post_tokens=_int(data, "post_tokens"),
-        summary=_str(data, "summary"),
-        replacement_messages=tuple(message_from_dict(m) for m in raw_messages),
-        files=tuple(files),
-        version=_int(data, "version"),
-        id=_str(data, "id"),
-        ts=ts,
-    )
-
-
-def _edit_from_dict(raw: object) -> ContentEdit:
-    if not isinstance(raw, dict):
-        raise RecordFormatError("each context edit must be an object")
-    return ContentEdit(_str(raw, "message_id"), _str(raw, "content"), _str(raw, "reason"))
-
-
-def _str(data: Mapping[str, object], key: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str):
-        raise RecordFormatError(f"record field '{key}' must be a string")
-    return value
-
-
-def _int(data: Mapping[str, object], key: str) -> int:
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RecordFormatError(f"record field '{key}' must be an integer")
-    return value
+    codec = _CODECS.get(kind)
+    if codec is None:
+        raise RecordFormatError(f"unknown record type {kind!r}")
+    # Every line carries its time, and its id unless the id is its message's;
+    # a codec would invent fresh ones.
+    for key in ("ts",) if kind in ("message", "handoff") else ("id", "ts"):
+        if not isinstance(data.get(key), str):
+            raise RecordFormatError(f"record field '{key}' must be a string")
+    return codec.load(data)
 
 
 def records_messages(records: Sequence[Record]) -> list[Message]:
