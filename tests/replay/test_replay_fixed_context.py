@@ -46,7 +46,7 @@ from cairn.replay.importers import import_sessions
 from cairn.replay.metrics import Policy, ReplaySummary, SessionReport, wasted_headroom
 from cairn.replay.session import RecordedSession
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = ROOT / "tests" / "fixtures" / "sessions" / "formats" / "claude-code.jsonl"
 CODEX = ROOT / "tests" / "fixtures" / "sessions" / "formats" / "codex-rollout.jsonl"
 COUNT = MessageTokens("cl100k")

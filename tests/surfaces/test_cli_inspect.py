@@ -42,7 +42,7 @@ from cairn.store import (
 )
 from cairn.tokens import estimate_messages_tokens
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE_SCRIPT = REPO / "examples" / "sample_session.py"
 SUMMARY_KEYS = {
     "session_id",

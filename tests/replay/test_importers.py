@@ -45,7 +45,7 @@ from cairn.store import (
     SessionRecord,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 PYDICOM = FIXTURES / "swe-agent" / "pydicom-1458.traj"
 MARSHMALLOW = FIXTURES / "swe-agent" / "marshmallow-1867-function-calling.traj"
@@ -55,7 +55,7 @@ CLAUDE = FIXTURES / "formats" / "claude-code.jsonl"
 CODEX = FIXTURES / "formats" / "codex-rollout.jsonl"
 DEMO = ROOT / "examples" / "sessions" / "ctf-web-i_got_id_demo.traj"
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = ROOT.parent / "shared"
 SHARED_SESSIONS = SHARED / "data" / "sessions"
 shared = pytest.mark.skipif(not SHARED_SESSIONS.is_dir(), reason="../shared is not present")
 

@@ -12,7 +12,7 @@ from cairn.replay.engine import ReplayOptions, compaction_records, replay_sessio
 from cairn.replay.importers import import_sessions
 from cairn.store import ApiView, MessageRecord, read_transcript
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(
     p
     for folder in (REPO / "tests" / "fixtures" / "sessions", REPO / "examples" / "sessions")

@@ -56,7 +56,7 @@ from cairn.replay.metrics import ReplaySummary
 from cairn.replay.report import CSV_FIELDS, summary_json, write_report
 from cairn.replay.session import RecordedSession
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
 SUFFIXES = (".json", ".jsonl", ".traj")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hooks import ESCAPE, escaped_child, hooks_of, script, wait_gone
 
 from cairn.agent.commands import run_command
 from cairn.agent.events import Event, MessageAdded, Notice
@@ -28,7 +29,6 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     Reply,
     openai_server_fixture,
 )
-from test_hooks import ESCAPE, escaped_child, hooks_of, script, wait_gone
 
 SUMMARY = "<summary>\n## Objective and constraints\nExplain calc.py.\n</summary>"
 FORK_MARK = "Respond with TEXT ONLY"
