@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +161,21 @@ def test_a_subagent_transcript_goes_through_the_factory_and_is_not_a_session(
     found = list((tmp_path / "elsewhere").rglob(f"{task.id}.jsonl"))
     assert len(found) == 1 and not list((tmp_path / "home").rglob("*.jsonl"))
     assert [m.text for m in read_transcript(found[0]).api().messages][-1] == "Nothing to report."
+
+
+def test_the_open_session_is_listed_first_even_when_an_older_one_looks_newer(
+    tmp_path: Path,
+) -> None:
+    """Regression: after ``/clear`` the list was ordered by file time alone, which a file
+    system keeps to a clock tick, so the session just left could come first."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    model = ModelConfig(model="test-model", context_window=32_768)
+    rt = Runtime(workspace, model, OpenAIProvider(model), settings=Settings(), home=tmp_path)
+    left = rt.new_session()
+    current = rt.clear()
+    later = time.time() + 5  # the old file's time at or past the new one's
+    os.utime(left.path, (later, later))
+    listed = rt.list_sessions()
+    rt.close()
+    assert [s.id for s in listed] == [current.id, left.id]

@@ -396,8 +396,17 @@ class Runtime:
         return self.current
 
     def list_sessions(self) -> list[SessionInfo]:
+        """The workspace's sessions, newest first; the open one is always the newest.
+
+        The factory orders by last activity, which a file system records to a
+        clock tick: a ``/clear`` right after a turn can give the old and the
+        new session the same time, and either could come first.
+        """
+        stored_sessions = self.store_factory.sessions(self.workspace)
+        current = self._current.id if self._current is not None else None
+        stored_sessions.sort(key=lambda s: s.session_id != current)  # stable: the rest keep order
         infos = []
-        for stored in self.store_factory.sessions(self.workspace):
+        for stored in stored_sessions:
             try:
                 transcript = self.store_factory.read(self.workspace, stored.session_id)
             except StoreError:
