@@ -37,6 +37,8 @@ INTERNAL_EXCEPTIONS = {
     # A persisted calibration or active-task entry of the wrong shape: read as "none".
     "cairn.context.calibration._MalformedError",
     "cairn.context.ledger._MalformedEntryError",
+    # The compaction's summary wait lost the race to cancel_compaction; turned into a notice.
+    "cairn.context.pipeline._CancelledError",
     # One of the provider's timers fired; the stream turns it into a ProviderTimeoutError.
     "cairn.provider.client._ExpiredError",
     # Bytes the SDK cannot parse; the stream turns them into a ProviderError.

@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cairn import AgentSession, SessionBusyError
-from cairn.agent.events import Event, MessageAdded, PermissionRequested, StatusChange
+from cairn.agent.events import (
+    CompactionStateChange,
+    Event,
+    MessageAdded,
+    PermissionRequested,
+    StatusChange,
+)
 from cairn.agent.session import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.store import CompactionRecord, read_transcript
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -127,3 +135,93 @@ def test_usage_is_the_latest_total_tokens_only(tmp_path: Path, openai_server: Op
     latest = agent.usage.latest_total_tokens
     rt.close()
     assert isinstance(latest, int) and latest > 0
+
+
+def _held_fork(release: threading.Event, answers: list[str]) -> tuple[Reply, Any]:
+    """A fork reply that stalls after a few deltas, and a responder using it."""
+    fork = Reply(text=SUMMARY, hold=release, hold_after=3)
+
+    def responder(body: dict[str, Any]) -> Reply:
+        if is_fork(body):
+            return fork
+        return Reply(text=answers.pop(0) if answers else "Done.")
+
+    return fork, responder
+
+
+async def _until(condition: Any) -> None:
+    for _ in range(2_000):  # a bound on polls, not a time limit
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+def test_cancel_stops_a_manual_compaction_before_it_writes_anything(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Regression: cancel() did not reach a running /compact (the fork ran to its end)."""
+    release = threading.Event()
+    fork, responder = _held_fork(release, ["The plan. " * 2_000])
+    openai_server.respond_with(responder)
+    rt = runtime(tmp_path, openai_server)
+    agent = AgentSession.new(rt)
+    seen: list[Event] = []
+    rt.current.events.on(seen.append)
+
+    async def scenario() -> tuple[str, str]:
+        await agent.prompt("make a plan")
+        running = asyncio.create_task(agent.compact())
+        await _until(lambda: fork.started.is_set() and agent.status == "compacting")
+        agent.cancel()
+        cancelled = await asyncio.wait_for(running, 60)  # a bound: without the cancel it hangs
+        release.set()
+        again = await agent.compact()  # the next one is not affected
+        return cancelled.text, again.text
+
+    try:
+        cancelled, again = asyncio.run(scenario())
+    finally:
+        release.set()
+        rt.close()
+    assert cancelled == "/compact: compaction cancelled; the context is unchanged"
+    assert again.startswith("compacted (llm)"), again
+    states = [e.is_compacting for e in seen if isinstance(e, CompactionStateChange)]
+    assert states == [True, False, True, False]
+    records = read_transcript(agent.transcript_path).records
+    assert sum(isinstance(r, CompactionRecord) for r in records) == 1  # the second one only
+
+
+def test_cancel_during_an_automatic_compaction_stops_the_turn_and_sends_nothing(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    release = threading.Event()
+    fork, responder = _held_fork(release, ["The log. " * 4_000])
+    openai_server.respond_with(responder)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    model = ModelConfig(model="test-model", base_url=openai_server.base_url, context_window=12_288)
+    rt = Runtime(
+        workspace, model, OpenAIProvider(model), settings=Settings(), home=tmp_path / "home"
+    )
+    agent = AgentSession.new(rt)
+
+    async def scenario() -> tuple[bool, int]:
+        await agent.prompt("show me the log")
+        sent_before = len(openai_server.bodies)
+        turn = asyncio.create_task(agent.prompt("and now?"))
+        await _until(lambda: fork.started.is_set())
+        agent.cancel()
+        result = await asyncio.wait_for(turn, 60)
+        main_requests = [b for b in openai_server.bodies[sent_before:] if not is_fork(b)]
+        return result.aborted, len(main_requests)
+
+    try:
+        aborted, main_requests = asyncio.run(scenario())
+    finally:
+        release.set()
+        rt.close()
+    assert aborted and main_requests == 0  # the turn's request was never sent
+    records = read_transcript(agent.transcript_path).records
+    assert not any(isinstance(r, CompactionRecord) for r in records)
+    assert agent.status == "idle"

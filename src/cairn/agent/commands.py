@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from cairn.agent.session import Runtime
 from cairn.context.budget import output_reserve
 from cairn.context.hooks import CompactionBlockedError
-from cairn.context.pipeline import CompactionFailedError, NothingToCompactError
+from cairn.context.pipeline import (
+    CompactionCancelledError,
+    CompactionFailedError,
+    NothingToCompactError,
+)
 
 HELP = """Commands:
   /compact [instructions]  summarize the conversation now (instructions focus the summary)
@@ -72,6 +76,8 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
         outcome = await session.pipeline.compact(session.fixed_context(), instructions=instructions)
     except NothingToCompactError as exc:
         return CommandOutcome(f"/compact: {exc}; the context is unchanged", ok=False)
+    except CompactionCancelledError as exc:
+        return CommandOutcome(f"/compact: {exc}")
     except CompactionFailedError as exc:
         return CommandOutcome(f"compaction failed: {exc}", ok=False)
     except CompactionBlockedError as exc:

@@ -29,6 +29,7 @@ from cairn.agent.tools.registry import ToolRegistry
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (
     CheckpointFailedError,
+    CompactionCancelledError,
     ContextPipeline,
     ContextWindowExceededError,
     RequestTooLargeError,
@@ -160,6 +161,8 @@ async def _request(session: LoopHost) -> Message:
     fixed = session.fixed_context()
     try:
         check = await session.pipeline.check_and_compact(fixed)
+    except CompactionCancelledError:
+        raise _AbortedError from None  # the user's cancel; the request is not sent
     except CheckpointFailedError as exc:
         raise TurnError(f"the context could not be saved: {exc}", "checkpoint") from exc
     except RequestTooLargeError as exc:
@@ -168,6 +171,8 @@ async def _request(session: LoopHost) -> Message:
         raise TurnError(str(exc), exc.code) from exc
     for warning in check.warnings:
         session.events.publish(Notice(warning))
+    if session.abort_event.is_set():
+        raise _AbortedError  # e.g. during the compaction the check ran: nothing is sent
     for attempt in range(2):
         try:
             return await _stream(session, fixed)
@@ -176,6 +181,8 @@ async def _request(session: LoopHost) -> Message:
                 raise TurnError(str(error), "invalid_request") from error
             try:
                 await session.pipeline.recover_from_context_limit(error, fixed)
+            except CompactionCancelledError:
+                raise _AbortedError from None
             except (ContextWindowExceededError, CompactionBlockedError) as exc:
                 session.events.publish(ErrorEvent(str(exc), "invalid_request"))
                 raise TurnError(str(exc), "invalid_request") from exc

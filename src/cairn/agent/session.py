@@ -202,11 +202,15 @@ class Session:
             self.set_status(self._before_compaction)
 
     def abort(self) -> None:
-        """Stop the running turn at the next safe point; the transcript stays whole.
+        """Stop the running turn, or the compaction, at the next safe point.
+
+        The transcript stays whole: a compaction waiting for its summary is
+        dropped before it writes anything.
 
         Every pending permission request is answered as cancelled.
         """
         self._abort.set()
+        self.pipeline.cancel_compaction()
         for permission_id in list(self._permissions):
             self.answer(permission_id, "cancelled")
 

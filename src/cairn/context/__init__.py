@@ -13,6 +13,7 @@ from cairn.context.fallback import FallbackPlan, fallback_target, plan_fallback
 from cairn.context.pipeline import (
     CheckpointFailedError,
     CheckResult,
+    CompactionCancelledError,
     CompactionFailedError,
     CompactionOutcome,
     ContextPipeline,
@@ -31,6 +32,7 @@ __all__ = [
     "CheckResult",
     "CheckpointFailedError",
     "CompactionBreaker",
+    "CompactionCancelledError",
     "CompactionConfig",
     "CompactionFailedError",
     "CompactionOutcome",

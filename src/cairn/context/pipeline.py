@@ -10,12 +10,15 @@ after a successful write.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from cairn.context.breaker import CompactionBreaker, breaker_key
 from cairn.context.budget import compaction_due, compaction_would_help, handoff_line
@@ -87,6 +90,8 @@ from cairn.store.records import (
 from cairn.store.views import compact_block
 from cairn.tokens import message_counter
 
+_R = TypeVar("_R")
+
 
 class CheckpointFailedError(StoreError):
     """The compaction could not be saved; the turn fails and the context is unchanged."""
@@ -100,6 +105,10 @@ class CompactionFailedError(CairnError, RuntimeError):
 
 class NothingToCompactError(CompactionFailedError):
     """A manual compaction had nothing to gain; the context is unchanged."""
+
+
+class CompactionCancelledError(CairnError, RuntimeError):
+    """A compaction was cancelled (``cancel_compaction``); nothing was written."""
 
 
 class ContextWindowExceededError(CairnError, RuntimeError):
@@ -239,6 +248,8 @@ class ContextPipeline:
         #: that could not get under the compaction line (``None``: it did).
         self._floor: int | None = None
         self._compacting = False
+        #: Set by ``cancel_compaction`` while a compaction runs.
+        self._cancel: asyncio.Event | None = None
         #: Reactive compaction may run once per successful provider boundary.
         self._reactive_used = False
         self._hooks = hooks or NoHooks()
@@ -335,6 +346,19 @@ class ContextPipeline:
     @property
     def compacting(self) -> bool:
         return self._compacting
+
+    def cancel_compaction(self) -> None:
+        """Stop the running compaction while it waits for its summary; nothing is written.
+
+        The summary is the long wait (a model streams it). Once the summary is
+        in, the checkpoint is written without waiting, so a cancel comes
+        either before anything is written or after the compaction is whole.
+        The compaction then raises ``CompactionCancelledError`` — from
+        ``compact``, ``check_and_compact`` or ``recover_from_context_limit`` —
+        and the request it was making room for is not sent.
+        """
+        if self._cancel is not None:
+            self._cancel.set()
 
     def answer_open_calls(self, text: str) -> list[Message]:
         """Answer every call of the last round that has no result with ``text`` (an error).
@@ -597,6 +621,7 @@ class ContextPipeline:
             return None
         session = self._current_session()
         self._compacting = True
+        self._cancel = asyncio.Event()
         self._listener.compaction_state_changed(True)
         try:
             pre_hook = await self._hooks.pre_compact(trigger, instructions)
@@ -609,7 +634,12 @@ class ContextPipeline:
             merged = _join_instructions(instructions, pre_hook.output)
             request = self._request(view, fixed, trigger, merged)
             try:
-                summary = await self._summarize(trigger, request, warnings)
+                asked = self._summarize(trigger, request, warnings)
+                summary = await _unless_set(self._cancel, asked)
+            except _CancelledError:
+                raise CompactionCancelledError(
+                    "compaction cancelled; the context is unchanged"
+                ) from None
             except SummarizerError as exc:
                 if self._current_session() != session:
                     return None
@@ -645,6 +675,7 @@ class ContextPipeline:
             return CompactionOutcome.of(record)
         finally:
             self._compacting = False
+            self._cancel = None
             self._listener.compaction_state_changed(False)
 
     async def _summarize(
@@ -967,3 +998,24 @@ def _last_response_time(records: Sequence[Record]) -> float | None:
                 except ValueError:
                     return None
     return None
+
+
+class _CancelledError(Exception):
+    """``_unless_set``'s event was set first; the awaited work was cancelled."""
+
+
+async def _unless_set(event: asyncio.Event, work: Coroutine[Any, Any, _R]) -> _R:
+    """``await work``, unless ``event`` is set first: then cancel it, raise ``_CancelledError``."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise _CancelledError
+    return task.result()
