@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-live test lint bench soak clean
+.PHONY: demo demo-live test lint bench soak clean tmux
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,14 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
 	$(BIN)/mypy src tests
 
-test: lint $(E2E_STAMP) $(TEST_MODEL)
+# tmux, from Debian's packages: the terminal agent's smoke test runs the real
+# `cairn` in it (tests/surfaces/test_terminal_tmux.py).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+tmux:
+	@command -v tmux >/dev/null || { $(SUDO) apt-get update -q && \
+		$(SUDO) apt-get install -y -q --no-install-recommends tmux; }
+
+test: lint tmux $(E2E_STAMP) $(TEST_MODEL)
 	CAIRN_TEST_MODEL=$(abspath $(TEST_MODEL)) $(BIN)/python -m pytest -q
 
 # The reliability campaign at full counts (tests/reliability/, DESIGN's
@@ -58,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimator.py
 	$(BIN)/python benchmarks/bench_transcript.py
 	$(BIN)/python benchmarks/bench_pipeline.py
+	$(BIN)/python benchmarks/bench_terminal.py
 	$(BIN)/python benchmarks/replay.py
 
 clean:

@@ -2,7 +2,9 @@
 
 Every subcommand is one ``_add_<name>`` function below that declares its
 arguments and sets ``handler``; adding a command means writing one such
-function and listing it in ``COMMANDS``. Handlers import their surface
+function and listing it in ``COMMANDS``. With no subcommand, ``-p`` runs one
+task headless and anything else opens the terminal app (``--resume ID``,
+``--continue``). Handlers import their surface
 lazily, so ``cairn --version`` and ``--help`` stay fast.
 """
 
@@ -151,6 +153,22 @@ def _run_print(args: argparse.Namespace) -> int:
     )
 
 
+def _run_terminal(args: argparse.Namespace) -> int:
+    from cairn.surfaces.terminal.run import TerminalArgs, run_terminal
+
+    return run_terminal(
+        TerminalArgs(
+            resume=args.resume,
+            latest=args.latest,
+            model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
+            permission_mode=args.permission_mode,
+            workspace=Path.cwd(),
+        )
+    )
+
+
 #: Every subcommand, in the order ``cairn --help`` lists them.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect, _add_replay)
 
@@ -174,7 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     headless.add_argument(
         "--output-format", choices=("text", "json", "stream-json"), default="text"
     )
-    headless.add_argument("--resume", metavar="ID", help="continue session ID of this workspace")
+    headless.add_argument(
+        "--resume",
+        metavar="ID",
+        nargs="?",
+        const="",
+        help="continue session ID of this workspace (the terminal app: no ID picks one)",
+    )
     headless.add_argument("--model", help="the model name (overrides CAIRN_MODEL and settings)")
     headless.add_argument(
         "--context-window",
@@ -198,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     headless.add_argument("--max-turns", type=int, default=50, help="requests at most")
+    terminal = parser.add_argument_group(
+        "the terminal app (cairn with no PROMPT; --resume, --model and the window flags apply)"
+    )
+    terminal.add_argument(
+        "-c",
+        "--continue",
+        dest="latest",
+        action="store_true",
+        help="open this workspace's most recent session",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
         add(subparsers)
@@ -214,10 +248,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None and args.prompt is not None:
+        if args.latest or args.resume == "":
+            # Nobody can pick a session here: -p needs the id itself.
+            flag = "--continue" if args.latest else "--resume with no ID"
+            print(f"cairn -p: {flag} is for the terminal app; use --resume ID", file=sys.stderr)
+            return 2
         handler = _run_print
     if handler is None:
-        parser.print_help(sys.stderr)
-        return 2
+        if not _on_a_terminal():
+            # The app draws on a terminal; without one, say what works instead.
+            parser.print_help(sys.stderr)
+            print(
+                "\ncairn: the terminal app needs a terminal; use cairn -p for one task without one",
+                file=sys.stderr,
+            )
+            return 2
+        handler = _run_terminal
     try:
         return handler(args)
     except KeyboardInterrupt:
@@ -226,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (``cairn inspect … | head``): stop quietly.
         _silence_stdout()
         return 1
+
+
+def _on_a_terminal() -> bool:
+    return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stdout))
 
 
 def _tolerate_unencodable_output() -> None:

@@ -71,13 +71,12 @@ def run_print(args: PrintArgs) -> int:
         return _fail(f"cairn -p: --max-turns must be at least 1, got {args.max_turns}", EXIT_USAGE)
     try:
         settings = load_settings(args.workspace)
-        model = _model(settings, args)
+        model = resolve_cli_model(settings, args)
     except (SettingsError, ModelConfigError) as exc:
         return _fail(f"cairn -p: {exc}", EXIT_USAGE)
     if model is None:
         return _fail(
-            "cairn -p: no model configured: set CAIRN_MODEL (and OPENAI_BASE_URL, "
-            'OPENAI_API_KEY), or a "model" entry in settings.json',
+            f"cairn -p: {NO_MODEL}",
             EXIT_USAGE,
         )
     return asyncio.run(_run(args, prompt, settings_model=model, settings=settings))
@@ -152,7 +151,14 @@ def _refuse_permission(session: Session, event: Event, args: PrintArgs) -> None:
     )
 
 
-def _model(settings: Settings, args: PrintArgs) -> ModelConfig | None:
+#: What ``cairn`` says when neither settings, the environment nor a flag names a model.
+NO_MODEL = (
+    "no model configured: set CAIRN_MODEL (and OPENAI_BASE_URL, OPENAI_API_KEY), "
+    'or a "model" entry in settings.json'
+)
+
+
+def resolve_cli_model(settings: Settings, args: PrintArgs) -> ModelConfig | None:
     """Settings (user, then project), then the environment, then the flags: the last wins."""
     for flag, value, low in (
         ("--context-window", args.context_window, MIN_CONTEXT_WINDOW),

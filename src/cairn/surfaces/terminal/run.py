@@ -1,0 +1,110 @@
+"""``cairn`` with no arguments: build the runtime as ``cairn -p`` does, then open the app.
+
+The model is resolved by the same function ``cairn -p`` uses (settings, then
+the environment, then the flags), so both agree on every setting. Unlike
+``-p``, the app answers permission questions itself, so ``--permission-mode``
+only decides which calls ask. Setup failures are one line on stderr and an
+exit code, as with ``-p``: 2 for a usage or configuration error, 1 for a
+session that cannot be opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cairn.agent.agent_session import AgentSession
+from cairn.agent.session import Runtime
+from cairn.agent.settings import Settings, SettingsError, load_settings
+from cairn.agent.tools.base import PermissionMode
+from cairn.provider import ModelConfig, ModelConfigError, OpenAIProvider
+from cairn.store import StoreError
+from cairn.surfaces.print_mode import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    NO_MODEL,
+    PrintArgs,
+    one_line,
+    resolve_cli_model,
+)
+from cairn.surfaces.terminal.app import CairnApp
+from cairn.surfaces.terminal.driver import driver_class
+from cairn.surfaces.terminal.picker import PickerApp
+
+
+@dataclass(frozen=True)
+class TerminalArgs:
+    #: A session id to open (``""``: pick one); ``latest`` opens the most recent one.
+    resume: str | None = None
+    latest: bool = False
+    model: str | None = None
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    permission_mode: PermissionMode = "accept-edits"
+    workspace: Path = Path()
+
+
+def run_terminal(args: TerminalArgs) -> int:
+    try:
+        settings = load_settings(args.workspace)
+        model = resolve_cli_model(
+            settings,
+            PrintArgs(
+                prompt=None,
+                model=args.model,
+                context_window=args.context_window,
+                max_output_tokens=args.max_output_tokens,
+            ),
+        )
+    except (SettingsError, ModelConfigError) as exc:
+        return _fail(f"cairn: {exc}", EXIT_USAGE)
+    if model is None:
+        return _fail(f"cairn: {NO_MODEL}", EXIT_USAGE)
+    return asyncio.run(_run(args, model, settings))
+
+
+async def _run(args: TerminalArgs, model: ModelConfig, settings: Settings) -> int:
+    async with OpenAIProvider(model) as provider:
+        runtime = Runtime(
+            args.workspace,
+            model,
+            provider,
+            settings=settings,
+            permission_mode=args.permission_mode,
+            answers_permissions=True,
+        )
+        if args.resume == "":
+            sessions = AgentSession.sessions(runtime)
+            if not sessions:
+                return _fail(f"cairn: no session to resume in {runtime.workspace}", EXIT_USAGE)
+            chosen = await PickerApp(sessions, driver_class=driver_class()).run_async()
+            if chosen is None:
+                return 0  # the user chose none: nothing was opened
+            args = replace(args, resume=chosen)
+        try:
+            agent = open_session(runtime, args)
+        except LookupError as exc:
+            return _fail(f"cairn: {exc}", EXIT_USAGE)
+        except StoreError as exc:
+            return _fail(f"cairn: {one_line(str(exc))}", EXIT_FAILED)
+        try:
+            await CairnApp(runtime, agent, driver_class=driver_class()).run_async()
+        finally:
+            runtime.close()
+    return 0
+
+
+def open_session(runtime: Runtime, args: TerminalArgs) -> AgentSession:
+    """``--resume ID``, ``--continue`` (the latest), or a new session."""
+    if args.resume is not None:
+        return AgentSession.resume(runtime, args.resume)
+    if args.latest:
+        return AgentSession.resume(runtime)
+    return AgentSession.new(runtime)
+
+
+def _fail(message: str, code: int) -> int:
+    print(message, file=sys.stderr)
+    return code

@@ -1,0 +1,364 @@
+"""The terminal app's rules as small pure functions, and the message list it owns.
+
+Nothing here touches Textual: which messages are rendered (the latest 30,
+10 in expanded mode — seed 004), how a compact block, a tool call or the
+context meter reads, which slash commands are refused in which state and
+how a typed ``/`` prefix completes, the one-line hint under the list, and
+``Transcript``, the app's own list of entries that events are folded into.
+The widgets only draw what this says.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias, TypeVar
+
+from cairn.agent.commands import COMMANDS, HELP
+from cairn.agent.events import SessionStatus
+from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, Message, ToolCall
+from cairn.surfaces.tail import compaction_hint, stream_tail
+
+#: Messages rendered in the normal (collapsed) view and in the expanded view (seed 004).
+RENDER_LIMIT = 30
+RENDER_LIMIT_EXPANDED = 10
+#: A tool's result is shown as at most this many characters, on one line.
+RESULT_CHARS = 120
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+T = TypeVar("T")
+
+
+def render_limit(expanded: bool) -> int:
+    return RENDER_LIMIT_EXPANDED if expanded else RENDER_LIMIT
+
+
+def visible(items: Sequence[T], expanded: bool) -> list[T]:
+    """The most recent ``render_limit(expanded)`` items, oldest first; the rest stay in memory."""
+    limit = render_limit(expanded)
+    return list(items[-limit:]) if len(items) > limit else list(items)
+
+
+def one_line(text: str, limit: int = RESULT_CHARS) -> str:
+    """``text`` on one line (breaks as ``⏎``), cut to ``limit`` characters with ``…``."""
+    flat = " ⏎ ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def compact_label(block: Message) -> str:
+    """``Conversation compacted · 41,210 → 9,830 tokens · llm`` from a compact block's meta."""
+    extra = block.meta.extra
+    pre, post, strategy = extra.get("pre_tokens"), extra.get("post_tokens"), extra.get("strategy")
+    parts = ["Conversation compacted"]
+    if isinstance(pre, int) and isinstance(post, int):
+        parts.append(f"{pre:,} → {post:,} tokens")
+    if isinstance(strategy, str) and strategy:
+        parts.append(strategy)
+    return " · ".join(parts)
+
+
+def tool_label(call: ToolCall) -> str:
+    """``read_file {"path": "a.py"}``: the call and its arguments, on one line."""
+    return f"{call.name} {one_line(call.arguments, 200)}".rstrip()
+
+
+def meter_text(tokens: int | None, budget: int | None, compactions: int) -> str:
+    """The footer's context meter: latest total tokens over the input budget, and compactions."""
+    used = f"{tokens:,}" if tokens is not None else "–"
+    if budget:
+        share = f" ({tokens * 100 // budget}%)" if tokens is not None else ""
+        context = f"context {used} / {budget:,} tokens{share}"
+    else:
+        context = f"context {used} tokens"
+    noun = "compaction" if compactions == 1 else "compactions"
+    return f"{context} · {compactions} {noun}"
+
+
+def hint_text(
+    *,
+    compacting: bool,
+    compaction_text: str,
+    status: SessionStatus,
+    streamed: str,
+    frame: int = 0,
+) -> str:
+    """The one line under the list: the compaction hint first, else the response's spinner.
+
+    Empty when there is nothing to show (the widget hides then).
+    """
+    if compacting:
+        return compaction_hint(compaction_text)
+    spinner = SPINNER[frame % len(SPINNER)]
+    if status == "streaming":
+        return f"{spinner} {stream_tail(streamed)}" if streamed else f"{spinner} Thinking"
+    if status == "tools":
+        return f"{spinner} Running tools"
+    return ""
+
+
+# -- slash commands -----------------------------------------------------------
+
+AppCommand: TypeAlias = Literal["/compact", "/clear", "/resume", "/status", "/help"]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the input line asked for: a prompt, a command, or nothing."""
+
+    kind: Literal["prompt", "command", "unknown", "empty"]
+    text: str
+    command: str = ""
+    argument: str = ""
+
+
+def classify(text: str) -> Submission:
+    """A known slash command, an unknown one (``/foo``), an empty line, or a prompt.
+
+    A line whose first word looks like a command name but is not one is an
+    unknown command rather than a prompt, so a typo never reaches the model;
+    a path (``/etc/hosts is …``) is still a prompt.
+    """
+    stripped = text.strip()
+    if not stripped:
+        return Submission("empty", "")
+    # Any whitespace ends the name: ``/compact`` then a newline still is the command.
+    name, *rest = stripped.split(None, 1)
+    argument = rest[0].strip() if rest else ""
+    if name in COMMANDS:
+        return Submission("command", stripped, name, argument)
+    if name.startswith("/") and name[1:].replace("-", "").isalpha():
+        return Submission("unknown", stripped, name)
+    return Submission("prompt", text)
+
+
+def _usages() -> dict[str, tuple[str, str]]:
+    """Each command's usage and description, read from the help text (one line each)."""
+    found: dict[str, tuple[str, str]] = {}
+    for line in HELP.splitlines():
+        usage, _, description = line.strip().partition("  ")
+        name = usage.split(" ", 1)[0]
+        if name in COMMANDS:
+            found[name] = (usage, description.strip())
+    return {name: found.get(name, (name, "")) for name in COMMANDS}
+
+
+#: ``{"/compact": ("/compact [instructions]", "summarize the conversation now …"), …}``
+USAGES = _usages()
+
+
+def complete(prefix: str) -> list[str]:
+    """The commands a typed ``/`` prefix can still become, in the help's order.
+
+    Only a first word being typed completes: no ``/``, any whitespace (an
+    argument has begun) or a multi-line prompt gives nothing.
+    """
+    if not prefix.startswith("/") or any(c.isspace() for c in prefix):
+        return []
+    return [name for name in COMMANDS if name.startswith(prefix)]
+
+
+def completion(prefix: str) -> str | None:
+    """What Tab turns ``prefix`` into: the unique (else the first) match, or ``None``.
+
+    A command that takes an argument gets a space after it, ready for the argument.
+    """
+    matches = complete(prefix)
+    if not matches:
+        return None
+    name = matches[0]
+    return f"{name} " if " " in USAGES[name][0] else name
+
+
+def completion_hint(prefix: str) -> str:
+    """The line under the input while a command is typed; empty when nothing matches.
+
+    One match shows its usage and what it does; several show their usages.
+    """
+    matches = complete(prefix)
+    if len(matches) == 1:
+        usage, description = USAGES[matches[0]]
+        return f"{usage}  {description}"
+    return "   ".join(USAGES[name][0] for name in matches)
+
+
+def refusal(command: str, status: SessionStatus, busy: bool) -> str | None:
+    """Why ``command`` cannot run now, or ``None``.
+
+    ``busy`` means the app still runs a prompt or a command whose status has
+    not reached the session yet. ``/compact`` itself is judged by the runtime
+    (it knows a response streams, tools run or a compaction already runs);
+    leaving the session while it works is refused here, before the facade's
+    own guard would raise.
+    """
+    if command in ("/clear", "/resume") and (status != "idle" or busy):
+        state = status if status != "idle" else "busy"
+        return f"{command} refused: the session is {state}; wait for it or press Esc to cancel"
+    return None
+
+
+# -- the message list ----------------------------------------------------------
+
+EntryKind: TypeAlias = Literal["user", "assistant", "tool", "notice", "error", "compact"]
+_ids = itertools.count(1)
+
+
+@dataclass
+class Entry:
+    """One rendered message; ``version`` grows with every change, so widgets redraw once."""
+
+    id: str
+    kind: EntryKind
+    text: str
+    #: A tool's result (one line), or a compact block's label.
+    detail: str = ""
+    #: A tool's whole result when ``detail`` leaves something out (else empty).
+    full: str = ""
+    streaming: bool = False
+    failed: bool = False
+    version: int = 0
+
+    def change(self, **fields: object) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self.version += 1
+
+
+@dataclass
+class Transcript:
+    """The app's message list: every entry, in order, across compactions and turns."""
+
+    entries: list[Entry] = field(default_factory=list)
+    _by_id: dict[str, Entry] = field(default_factory=dict)
+
+    def get(self, entry_id: str) -> Entry | None:
+        return self._by_id.get(entry_id)
+
+    def append(self, entry: Entry) -> Entry:
+        self.entries.append(entry)
+        self._by_id[entry.id] = entry
+        return entry
+
+    def notice(self, text: str) -> Entry:
+        return self.append(Entry(f"notice-{next(_ids)}", "notice", text))
+
+    def error(self, text: str) -> Entry:
+        return self.append(Entry(f"error-{next(_ids)}", "error", text))
+
+    def streamed(self, message_id: str, content: str) -> None:
+        """A streaming response so far: one entry per message id, updated in place."""
+        entry = self._by_id.get(message_id)
+        if entry is None:
+            if content:  # reasoning alone shows in the hint, not as an empty message
+                self.append(Entry(message_id, "assistant", content, streaming=True))
+        elif entry.text != content:
+            entry.change(text=content)
+
+    def add(self, message: Message) -> None:
+        """A message the session added (live or on resume); a repeat updates its entry."""
+        if message.meta.kind == KIND_COMPACT_SUMMARY:
+            if message.id not in self._by_id:
+                self.append(Entry(message.id, "compact", message.text, compact_label(message)))
+            return
+        if message.meta.kind == KIND_ERROR:
+            if message.id not in self._by_id:
+                self.error(message.text)
+            return
+        if message.role == "tool":
+            self.tool_result(message.tool_call_id or "", message)
+            return
+        if message.role == "assistant":
+            self._assistant(message)
+        elif message.role == "user" and message.id not in self._by_id:
+            self.append(Entry(message.id, "user", message.text))
+        for call in message.tool_calls:
+            self.tool_started(call)
+
+    def _assistant(self, message: Message) -> None:
+        entry = self._by_id.get(message.id)
+        if entry is not None:
+            # The final text replaces what streamed; an empty answer (only calls) goes.
+            if message.text:
+                entry.change(text=message.text, streaming=False)
+            else:
+                self.entries.remove(entry)
+                del self._by_id[message.id]
+        elif message.text:
+            self.append(Entry(message.id, "assistant", message.text))
+
+    def tool_started(self, call: ToolCall) -> None:
+        if self.get(_tool_id(call.id)) is None:
+            self.append(Entry(_tool_id(call.id), "tool", tool_label(call), "running…"))
+
+    def tool_result(self, call_id: str, result: Message) -> None:
+        entry = self._by_id.get(_tool_id(call_id))
+        text = one_line(result.text) or "(no output)"
+        full = result.text.strip("\n").rstrip()
+        if full.strip() == text:
+            full = ""  # the short form is the whole result
+        if entry is None:
+            entry = self.append(Entry(_tool_id(call_id), "tool", result.name or "tool", text))
+        if (entry.detail, entry.full, entry.failed) != (text, full, result.meta.tool_error):
+            entry.change(detail=text, full=full, failed=result.meta.tool_error)
+
+
+def more_label(full: str) -> str:
+    """The title of a tool's collapsed whole result: ``full result · 58 lines``."""
+    lines = len(full.splitlines())
+    if lines > 1:
+        return f"full result · {lines} lines"
+    return f"full result · {len(full):,} characters"
+
+
+def _tool_id(call_id: str) -> str:
+    return f"tool-{call_id}"
+
+
+class History:
+    """The input line's history: up goes back, down comes forward to the line being typed."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._at: int | None = None
+        self._draft = ""
+
+    def add(self, line: str) -> None:
+        if line.strip() and (not self._lines or self._lines[-1] != line):
+            self._lines.append(line)
+        self._at = None
+
+    def back(self, current: str) -> str:
+        if not self._lines:
+            return current
+        if self._at is None:
+            self._draft, self._at = current, len(self._lines)
+        self._at = max(0, self._at - 1)
+        return self._lines[self._at]
+
+    def forward(self, current: str) -> str:
+        if self._at is None:
+            return current
+        self._at += 1
+        if self._at >= len(self._lines):
+            self._at = None
+            return self._draft
+        return self._lines[self._at]
+
+
+def age_text(seconds: float) -> str:
+    """How long ago, coarsely: ``just now``, ``5 min ago``, ``3 h ago``, ``2 days ago``."""
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    days = int(seconds // 86400)
+    return "1 day ago" if days == 1 else f"{days} days ago"
+
+
+def session_line(first_prompt: str, messages: int, age_seconds: float) -> str:
+    """One session in the picker: its first prompt, its size and when it was last used."""
+    prompt = one_line(first_prompt, 60) or "(no prompt yet)"
+    noun = "message" if messages == 1 else "messages"
+    return f"{prompt} · {messages} {noun} · {age_text(age_seconds)}"

@@ -1,0 +1,209 @@
+"""The terminal app's pure rules: the render limit, labels, the meter, the hint line,
+which commands are refused, command completion, the transcript entries and the input
+history."""
+
+from __future__ import annotations
+
+from cairn.agent.commands import COMMANDS, HELP
+from cairn.messages import Message, MessageMeta, ToolCall, assistant, tool_result, user
+from cairn.surfaces.tail import compaction_hint, stream_tail
+from cairn.surfaces.terminal.view import (
+    History,
+    Submission,
+    Transcript,
+    age_text,
+    classify,
+    compact_label,
+    complete,
+    completion,
+    completion_hint,
+    hint_text,
+    meter_text,
+    more_label,
+    one_line,
+    refusal,
+    render_limit,
+    session_line,
+    visible,
+)
+
+
+def test_only_the_latest_30_messages_render_10_when_expanded() -> None:
+    items = list(range(45))
+    assert render_limit(expanded=False) == 30 and render_limit(expanded=True) == 10
+    assert visible(items, expanded=False) == items[-30:]
+    assert visible(items, expanded=True) == items[-10:]
+    assert visible(items[:7], expanded=True) == items[:7]
+    assert visible(items[:30], expanded=False) == items[:30]
+    assert visible([], expanded=False) == []
+    assert len(items) == 45  # the list itself keeps everything
+
+
+def block(**extra: object) -> Message:
+    return Message(
+        role="user",
+        content="the summary",
+        meta=MessageMeta(kind="compact_summary", synthetic=True, extra=extra),  # type: ignore[arg-type]
+    )
+
+
+def test_the_compact_block_label() -> None:
+    label = compact_label(block(pre_tokens=41210, post_tokens=9830, strategy="llm"))
+    assert label == "Conversation compacted · 41,210 → 9,830 tokens · llm"
+    assert compact_label(block(strategy="fallback")) == "Conversation compacted · fallback"
+    assert compact_label(block()) == "Conversation compacted"
+
+
+def test_the_meter() -> None:
+    assert meter_text(1234, 24576, 0) == "context 1,234 / 24,576 tokens (5%) · 0 compactions"
+    assert meter_text(None, 24576, 1) == "context – / 24,576 tokens · 1 compaction"
+    assert meter_text(500, None, 2) == "context 500 tokens · 2 compactions"
+
+
+def test_the_hint_prefers_the_compaction_and_uses_the_shared_tail() -> None:
+    long = "line one\nline two of the response that goes on"
+    compacting = hint_text(compacting=True, compaction_text=long, status="streaming", streamed="x")
+    assert compacting == compaction_hint(long)
+    assert hint_text(compacting=True, compaction_text="", status="idle", streamed="") == (
+        "✻ Compacting"
+    )
+    streaming = hint_text(compacting=False, compaction_text="", status="streaming", streamed=long)
+    assert streaming == f"⠋ {stream_tail(long)}"
+    assert hint_text(compacting=False, compaction_text="", status="idle", streamed=long) == ""
+    assert hint_text(compacting=False, compaction_text="", status="tools", streamed="", frame=1)
+
+
+def test_input_is_a_prompt_a_command_or_an_unknown_command() -> None:
+    assert classify("  ") == Submission("empty", "")
+    assert classify("/compact focus on the API ") == Submission(
+        "command", "/compact focus on the API", "/compact", "focus on the API"
+    )
+    assert classify("/resume").command == "/resume"
+    assert classify("/frobnicate now").kind == "unknown"
+    assert classify("/etc/hosts is odd").kind == "prompt"
+    assert classify("fix the bug").kind == "prompt"
+    # A multi-line prompt: a command still ends at any whitespace, a prompt stays whole.
+    assert classify("/compact\nfocus on\nthe API") == Submission(
+        "command", "/compact\nfocus on\nthe API", "/compact", "focus on\nthe API"
+    )
+    assert classify("/status\n") == Submission("command", "/status", "/status")
+    assert classify("  line one\n\tline two \n") == Submission(
+        "prompt", "  line one\n\tline two \n"
+    )
+
+
+def test_a_typed_slash_prefix_completes_to_the_commands_it_can_become() -> None:
+    assert complete("/") == list(COMMANDS)
+    assert complete("/c") == ["/compact", "/clear"]
+    assert complete("/cl") == ["/clear"]
+    assert complete("/compact") == ["/compact"]
+    assert complete("/RES") == []
+    for typed in ("", "c", "compact", "/x", "/compact ", "/compact now", "/c\n", "x /c"):
+        assert complete(typed) == [], typed
+    # Tab: the unique or the first match; a command taking an argument gets a space.
+    assert completion("/c") == "/compact "
+    assert completion("/cl") == "/clear"
+    assert completion("/r") == "/resume "
+    assert completion("/h") == "/help"
+    assert completion("/x") is None and completion("hello") is None
+
+
+def test_the_completion_line_comes_from_the_help_text() -> None:
+    for name in COMMANDS:
+        (hint,) = [line for line in HELP.splitlines() if line.strip().startswith(name + " ")]
+        usage, description = completion_hint(name).split("  ", 1)
+        assert usage.startswith(name) and f"  {usage}" in hint and hint.endswith(description)
+    assert completion_hint("/co") == (
+        "/compact [instructions]  summarize the conversation now (instructions focus the summary)"
+    )
+    assert completion_hint("/c") == "/compact [instructions]   /clear"
+    assert completion_hint("/").split("   ") == [
+        "/compact [instructions]",
+        "/clear",
+        "/resume [id]",
+        "/status",
+        "/help",
+    ]
+    assert completion_hint("/compact now") == "" and completion_hint("hi") == ""
+
+
+def test_leaving_the_session_is_refused_while_it_works() -> None:
+    for command in ("/clear", "/resume"):
+        assert refusal(command, "idle", busy=False) is None
+        for status in ("streaming", "tools", "compacting"):
+            reason = refusal(command, status, busy=False)
+            assert reason is not None and status in reason and command in reason
+        assert refusal(command, "idle", busy=True) is not None
+    # The runtime judges /compact itself (ignored while streaming, skipped when running).
+    assert refusal("/compact", "streaming", busy=True) is None
+
+
+def test_a_streamed_response_becomes_one_entry_and_tool_calls_get_results() -> None:
+    t = Transcript()
+    t.add(user("read a.py"))
+    call = ToolCall("call_1", "read_file", '{"path": "a.py"}')
+    head = assistant("", [call])
+    t.streamed(head.id, "")  # reasoning only: nothing to show yet
+    assert [e.kind for e in t.entries] == ["user"]
+    t.add(head)
+    t.add(tool_result("call_1", "line 1\nline 2"))
+    tool = t.entries[-1]
+    assert tool.kind == "tool" and tool.detail == "line 1 ⏎ line 2"
+    assert tool.text == 'read_file {"path": "a.py"}'
+    answer = assistant("It has two lines.")
+    t.streamed(answer.id, "It has")
+    t.streamed(answer.id, "It has two")
+    version = t.entries[-1].version
+    t.add(answer)
+    final = t.entries[-1]
+    assert final.text == "It has two lines." and not final.streaming and final.version > version
+    assert [e.kind for e in t.entries] == ["user", "tool", "assistant"]
+
+
+def test_a_tool_result_keeps_its_whole_text_when_the_short_form_leaves_some_out() -> None:
+    t = Transcript()
+    long = "\n".join(f"{n:6}\tthe ledger balances  " for n in range(1, 41)) + "\n"
+    for call_id, text in (("a", long), ("b", "one line"), ("c", ""), ("d", "x" * 200)):
+        t.tool_started(ToolCall(call_id, "read_file", "{}"))
+        t.tool_result(call_id, tool_result(call_id, text))
+    full, single, empty, wide = t.entries
+    assert full.detail == one_line(long) and full.detail.endswith("…")
+    assert full.full == long.rstrip() and full.full.splitlines()[39].endswith(
+        "40\tthe ledger balances"
+    )
+    assert (single.detail, single.full) == ("one line", "")
+    assert (empty.detail, empty.full) == ("(no output)", "")
+    assert len(wide.detail) == 120 and wide.full == "x" * 200
+    assert more_label(full.full) == "full result · 40 lines"
+    assert more_label(wide.full) == "full result · 200 characters"
+    version = full.version
+    t.tool_result("a", tool_result("a", long))  # the same result again: no redraw
+    assert full.version == version
+
+
+def test_a_streamed_text_that_ends_in_calls_only_goes_away() -> None:
+    t = Transcript()
+    message = assistant("", [ToolCall("c", "bash", "{}")])
+    t.streamed(message.id, "let me")
+    t.add(message)
+    assert [e.kind for e in t.entries] == ["tool"]
+
+
+def test_history_goes_back_and_returns_to_the_draft() -> None:
+    h = History()
+    assert h.back("draft") == "draft"
+    for line in ("one", "two", "two", ""):
+        h.add(line)
+    assert h.back("draft") == "two"
+    assert h.back("two") == "one"
+    assert h.back("one") == "one"
+    assert h.forward("one") == "two"
+    assert h.forward("two") == "draft"
+    assert h.forward("draft") == "draft"
+
+
+def test_a_session_in_the_picker() -> None:
+    assert session_line("fix the\nbug", 4, 30) == "fix the ⏎ bug · 4 messages · just now"
+    assert session_line("", 1, 7200) == "(no prompt yet) · 1 message · 2 h ago"
+    assert age_text(300) == "5 min ago" and age_text(86400) == "1 day ago"
+    assert age_text(3 * 86400) == "3 days ago"
