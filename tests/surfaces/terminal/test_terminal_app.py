@@ -260,6 +260,39 @@ def test_compact_while_streaming_is_ignored_with_a_notice(
     rt.close()
 
 
+def test_a_prompt_sent_while_an_answer_streams_stays_in_the_box_to_send_later(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    rt = make_runtime(tmp_path, openai_server)
+    app = CairnApp(rt, AgentSession.new(rt))
+
+    async def scenario() -> None:
+        async with app.run_test() as pilot:
+            answering(openai_server, lambda body: Reply(text=ANSWER, hold=gate, hold_after=4))
+            await submit(pilot, "explain calc.py")
+            await until(pilot, lambda: app.agent.status == "streaming", "streaming")
+            await submit(pilot, "and then the tests")
+            await until(pilot, lambda: bool(notices(app)), "the notice")
+            assert "wait for it" in notices(app)[-1]
+            assert app.query_one(PromptInput).value == "and then the tests"  # not lost
+            gate.set()
+            await until(pilot, lambda: not app.busy, "the answer")
+            await pilot.press("enter")  # now it goes
+            await until(pilot, lambda: "and then the tests" in texts(app), "sent")
+            assert app.query_one(PromptInput).value == ""
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+    rt.close()
+
+
+def texts(app: CairnApp) -> list[str]:
+    return [e.text for e in app.transcript.entries]
+
+
 def test_a_second_compact_while_one_runs_is_skipped_and_clear_while_compacting_is_refused(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:

@@ -277,11 +277,11 @@ class CairnApp(App[None]):
         event.stop()
         prompt = event.prompt
         text = event.value
-        prompt.value = ""
         prompt.prompt_history.add(text)
         self._exit_armed = False
-        self._refresh_completions("")
-        self.submit(classify(text))
+        if self.submit(classify(text)):
+            prompt.value = ""  # a prompt refused while the agent works stays to be sent later
+            self._refresh_completions("")
         self._refresh()
 
     def on_key(self, event: events.Key) -> None:
@@ -318,11 +318,15 @@ class CairnApp(App[None]):
         """The command completions shown under the input (empty: hidden)."""
         return str(self.query_one("#completions", Static).content)
 
-    def submit(self, submission: Submission) -> None:
-        """Run what the input line asked for; anything refused becomes one notice."""
+    def submit(self, submission: Submission) -> bool:
+        """Run what the input line asked for; anything refused becomes one notice.
+
+        False for a prompt that could not be sent yet (the agent is working),
+        so the box keeps it.
+        """
         match submission.kind:
             case "empty":
-                return
+                pass
             case "unknown":
                 self.transcript.notice(
                     f"unknown command {submission.command}; /help lists the commands"
@@ -332,10 +336,11 @@ class CairnApp(App[None]):
                     self.transcript.notice(
                         f"the session is {self._busy_state()}: wait for it, or press Esc to cancel"
                     )
-                    return
+                    return False
                 self._start(self._prompt(submission.text))
             case "command":
                 self._command(submission)
+        return True
 
     def _command(self, submission: Submission) -> None:
         name, argument = submission.command, submission.argument
