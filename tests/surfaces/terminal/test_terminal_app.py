@@ -449,6 +449,13 @@ def test_a_long_tool_result_is_short_until_expanded(
             await pilot.press("enter")  # the keyboard folds it again
             await until(pilot, lambda: view.more.collapsed, "collapsed again")
             await until(pilot, lambda: view.full.region.height == 0, "the full result hidden")
+            # The expanded view (Ctrl+O) opens every result, and closes them again.
+            app.query_one(PromptInput).focus()
+            await pilot.press("ctrl+o")
+            await until(pilot, lambda: not tools()[0].more.collapsed, "opened by Ctrl+O")
+            await pilot.press("ctrl+o")
+            await until(pilot, lambda: tools()[0].more.collapsed, "closed by Ctrl+O")
+            title.focus()
             # Typing while the title has the focus goes to the prompt.
             await pilot.press("r")
             prompt = app.query_one(PromptInput)

@@ -479,6 +479,7 @@ class CairnApp(App[None]):
 
     def action_toggle_expanded(self) -> None:
         self.expanded = not self.expanded
+        self.query_one(MessageList).expand_all(self.expanded)
         self._refresh()
 
     def _cancel(self) -> None:

@@ -69,9 +69,12 @@ class EntryView(Static):
 class CompactView(Collapsible):
     """A compact block: its label, expandable to the summary the model continues from."""
 
-    def __init__(self, entry: Entry) -> None:
+    def __init__(self, entry: Entry, *, expanded: bool = False) -> None:
         super().__init__(
-            Static(Markdown(entry.text or " ")), title=entry.detail, collapsed=True, classes="entry"
+            Static(Markdown(entry.text or " ")),
+            title=entry.detail,
+            collapsed=not expanded,
+            classes="entry",
         )
         self.entry_id = entry.id
         self.version = entry.version
@@ -99,13 +102,13 @@ class ToolView(Vertical):
     ToolView > Collapsible > Contents { padding: 0 0 0 2; }
     """
 
-    def __init__(self, entry: Entry) -> None:
+    def __init__(self, entry: Entry, *, expanded: bool = False) -> None:
         super().__init__(classes="entry tool")
         self.entry_id = entry.id
         self.version = entry.version
         self.head = Static(_renderable(entry))
         self.full = Static(Text(entry.full, style=_style(entry)), classes="full-result")
-        self.more = Collapsible(self.full, title=more_label(entry.full), collapsed=True)
+        self.more = Collapsible(self.full, title=more_label(entry.full), collapsed=not expanded)
         self.more.display = bool(entry.full)
 
     def compose(self) -> ComposeResult:
@@ -123,17 +126,29 @@ class ToolView(Vertical):
 EntryWidget = EntryView | CompactView | ToolView
 
 
-def entry_widget(entry: Entry) -> EntryWidget:
+def entry_widget(entry: Entry, *, expanded: bool = False) -> EntryWidget:
     if entry.kind == "compact":
-        return CompactView(entry)
-    return ToolView(entry) if entry.kind == "tool" else EntryView(entry)
+        return CompactView(entry, expanded=expanded)
+    return ToolView(entry, expanded=expanded) if entry.kind == "tool" else EntryView(entry)
 
 
 class MessageList(VerticalScroll):
     """The scrollable message list; it shows the entries it is given, nothing else."""
 
+    #: The expanded view (Ctrl+O): compact blocks and tool results open, as in
+    #: Claude Code's transcript view; a toggle sets every one, a new one follows.
+    expanded = False
+
     def mounted(self) -> list[EntryWidget]:
         return [w for w in self.children if isinstance(w, EntryView | CompactView | ToolView)]
+
+    def expand_all(self, expanded: bool) -> None:
+        self.expanded = expanded
+        for widget in self.mounted():
+            if isinstance(widget, CompactView):
+                widget.collapsed = not expanded
+            elif isinstance(widget, ToolView):
+                widget.more.collapsed = not expanded
 
     def sync(self, shown: Sequence[Entry]) -> None:
         wanted = {entry.id for entry in shown}
@@ -149,7 +164,7 @@ class MessageList(VerticalScroll):
         for entry in reversed(shown):
             existing = widgets.get(entry.id)
             if existing is None:
-                existing = entry_widget(entry)
+                existing = entry_widget(entry, expanded=self.expanded)
                 if following is None:
                     self.mount(existing)
                 else:
