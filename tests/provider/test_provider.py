@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -949,9 +950,26 @@ def test_a_malformed_stream_is_a_provider_error_naming_the_endpoint(
 
 
 def test_a_connection_reset_mid_stream_names_the_endpoint(openai_server: OpenAIServer) -> None:
-    openai_server.script(Reply(text="partial answer", reset_after=3))
+    # The reset waits until the client has read some text: a TCP RST discards
+    # whatever the client had not read yet, so an earlier one can land before
+    # any output (this test was flaky for that reason).
+    read = threading.Event()
+    openai_server.script(Reply(text="partial answer", hold=read, hold_after=3, reset_after=3))
     provider = make_provider(tiny_config(openai_server))
-    error = fail_guarded(provider, simple_request(openai_server))
+
+    async def scenario() -> ProviderError:
+        try:
+            async for event in provider.stream(simple_request(openai_server)):
+                if isinstance(event, ContentDelta):
+                    read.set()
+        except ProviderError as exc:
+            return exc
+        raise AssertionError("the stream did not fail")
+
+    try:
+        error = run(lambda: asyncio.wait_for(scenario(), GUARD_S))
+    finally:
+        read.set()
     assert type(error) is ProviderError and error.code == "connection_error"
     assert error.output_started is True
     assert str(error).startswith(f"the connection to {openai_server.base_url} failed mid-response")
