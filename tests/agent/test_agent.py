@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from cairn.agent.loop import INTERRUPTED, run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig
+from cairn.context.budget import handoff_line
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_HANDOFF, find_orphans
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, MessageRecord, Record, read_transcript
@@ -25,6 +27,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     OpenAIServer,
     Reply,
     ToolCallSpec,
+    UsageSpec,
     openai_server_fixture,
 )
 
@@ -281,6 +284,15 @@ def test_status_and_help_commands(
     session = rt.new_session()
     status = asyncio.run(run_command(rt, "/status", "")).text
     assert session.id in status and "window       16,384" in status and "compactions  0" in status
+    assert "last total   none reported" in status
+    budget = session.pipeline.input_budget
+    assert budget
+    handoff, compact = handoff_line(budget, 0.70), math.ceil(0.80 * budget)
+    assert f"thresholds   handoff above {handoff:,}, compaction at {compact:,}" in status
+    openai_server.script(Reply(text="Hi.", usage=UsageSpec(900, 34, total_tokens=934)))
+    asyncio.run(run_turn(session, "hello"))
+    status = asyncio.run(run_command(rt, "/status", "")).text
+    assert "last total   934 (the provider's total_tokens)" in status
     assert "/compact" in asyncio.run(run_command(rt, "/help", "")).text
     assert parse_command("/compact focus here") == ("/compact", "focus here")
     assert parse_command("/unknown") is None and parse_command("plain text") is None
@@ -382,7 +394,6 @@ def test_latest_total_tokens_shows_total_tokens_only(
 ) -> None:
     """总 token 展示 #4: latestTotalTokens uses total_tokens; cache fields are never added."""
     from cairn.agent.events import UsageUpdate
-    from openai_server import UsageSpec
 
     usage = UsageSpec(
         1_000, 10, 1_010, cached_tokens=900, extra={"cache_read_input_tokens": 50_000}

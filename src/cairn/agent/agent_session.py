@@ -37,6 +37,9 @@ class SessionUsage:
     window: int | None
     input_budget: int | None
     compactions: int
+    #: The pipeline's projection of the next request (what ``/status`` shows),
+    #: for a meter when the provider reports no usage.
+    projected_tokens: int | None = None
 
 
 class AgentSession:
@@ -121,19 +124,13 @@ class AgentSession:
 
     @property
     def usage(self) -> SessionUsage:
-        latest = next(
-            (
-                m.meta.usage.total_tokens
-                for m in reversed(self._session.api_messages)
-                if m.role == "assistant" and m.meta.usage is not None
-            ),
-            None,
-        )
+        session = self._session
         return SessionUsage(
-            latest,
-            self._session.model.context_window,
-            self._session.pipeline.input_budget,
-            self._session.pipeline.epoch,
+            session.latest_total_tokens(),
+            session.model.context_window,
+            session.pipeline.input_budget,
+            session.pipeline.epoch,
+            session.pipeline.project(session.fixed_context()).tokens,
         )
 
     def _check_idle(self, what: str) -> None:

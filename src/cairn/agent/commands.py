@@ -9,10 +9,11 @@ pipeline through the session's listener.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from cairn.agent.session import Runtime
-from cairn.context.budget import output_reserve
+from cairn.context.budget import handoff_line, output_reserve
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (
     CompactionCancelledError,
@@ -115,12 +116,25 @@ def _status(runtime: Runtime) -> CommandOutcome:
         if window
         else "reserve      unknown"
     )
+    latest = session.latest_total_tokens()
+    config = session.pipeline.config
+    limit = snapshot.input_budget
     lines = [
         f"session      {session.id}",
         f"model        {session.model.model}",
         f"window       {window:,}" if window else "window       unknown",
         reserve,
         f"tokens       {tokens}{budget} ({snapshot.source})",
+        # The provider's own count of the last response: total_tokens, never cache fields.
+        f"last total   {latest:,} (the provider's total_tokens)"
+        if latest is not None
+        else "last total   none reported",
+        (
+            f"thresholds   handoff above {handoff_line(limit, config.handoff_ratio):,}, "
+            f"compaction at {math.ceil(config.compact_ratio * limit):,}"
+            if limit
+            else "thresholds   unknown (no window)"
+        ),
         f"phase        {snapshot.phase}",
         f"compactions  {session.pipeline.epoch}",
         f"status       {session.status}",

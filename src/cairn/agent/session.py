@@ -201,6 +201,17 @@ class Session:
         else:
             self.set_status(self._before_compaction)
 
+    def latest_total_tokens(self) -> int | None:
+        """The provider's ``total_tokens`` of the latest response that reported usage."""
+        return next(
+            (
+                m.meta.usage.total_tokens
+                for m in reversed(self.api_messages)
+                if m.role == "assistant" and m.meta.usage is not None
+            ),
+            None,
+        )
+
     def abort(self) -> None:
         """Stop the running turn, or the compaction, at the next safe point.
 

@@ -344,7 +344,13 @@ def test_the_meter_updates_after_a_response(tmp_path: Path, openai_server: OpenA
             await pilot.pause()
             budget = app.agent.usage.input_budget
             assert budget
-            assert app.meter == f"context – / {budget:,} tokens · 0 compactions"
+            # Before any response, the pipeline's estimate, marked as one.
+            estimate = app.agent.usage.projected_tokens
+            assert estimate
+            share = estimate * 100 // budget
+            assert (
+                app.meter == f"context ~{estimate:,} / {budget:,} tokens ({share}%) · 0 compactions"
+            )
             answering(
                 openai_server,
                 lambda body: Reply(text=ANSWER, usage=UsageSpec(1000, 234, total_tokens=1234)),

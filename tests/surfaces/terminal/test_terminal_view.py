@@ -58,6 +58,12 @@ def test_the_meter() -> None:
     assert meter_text(1234, 24576, 0) == "context 1,234 / 24,576 tokens (5%) · 0 compactions"
     assert meter_text(None, 24576, 1) == "context – / 24,576 tokens · 1 compaction"
     assert meter_text(500, None, 2) == "context 500 tokens · 2 compactions"
+    # No usage from the server: the estimate, marked as one; a count always wins.
+    assert (
+        meter_text(None, 4096, 0, estimate=1501)
+        == "context ~1,501 / 4,096 tokens (36%) · 0 compactions"
+    )
+    assert meter_text(1600, 4096, 0, estimate=1501).startswith("context 1,600 / 4,096")
 
 
 def test_the_hint_prefers_the_compaction_and_uses_the_shared_tail() -> None:

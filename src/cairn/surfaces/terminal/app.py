@@ -259,7 +259,12 @@ class CairnApp(App[None]):
 
     def _refresh_meter(self) -> None:
         usage = self.agent.usage
-        text = meter_text(self._meter_tokens, usage.input_budget, usage.compactions)
+        text = meter_text(
+            self._meter_tokens,
+            usage.input_budget,
+            usage.compactions,
+            estimate=usage.projected_tokens,
+        )
         self.query_one("#meter", Static).update(text)
 
     @property

@@ -63,11 +63,19 @@ def tool_label(call: ToolCall) -> str:
     return f"{call.name} {one_line(call.arguments, 200)}".rstrip()
 
 
-def meter_text(tokens: int | None, budget: int | None, compactions: int) -> str:
-    """The footer's context meter: latest total tokens over the input budget, and compactions."""
-    used = f"{tokens:,}" if tokens is not None else "–"
+def meter_text(
+    tokens: int | None, budget: int | None, compactions: int, *, estimate: int | None = None
+) -> str:
+    """The footer's context meter: latest total tokens over the input budget, and compactions.
+
+    ``tokens`` is the provider's ``total_tokens`` of the latest response. A
+    server that never reports usage (llama.cpp's, for one) leaves only the
+    pipeline's ``estimate``, shown with ``~`` so it is never taken for a count.
+    """
+    shown, approx = (tokens, "") if tokens is not None else (estimate, "~")
+    used = f"{approx}{shown:,}" if shown is not None else "–"
     if budget:
-        share = f" ({tokens * 100 // budget}%)" if tokens is not None else ""
+        share = f" ({shown * 100 // budget}%)" if shown is not None else ""
         context = f"context {used} / {budget:,} tokens{share}"
     else:
         context = f"context {used} tokens"
