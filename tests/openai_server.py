@@ -137,6 +137,8 @@ class Reply:
     finish_reason: str | None = None
     #: Leave out the finish chunk (a truncated stream that still ends cleanly).
     omit_finish: bool = False
+    #: Send no usage chunk even when asked (llama.cpp's server never sends one).
+    omit_usage: bool = False
     #: Characters per content / reasoning / arguments delta.
     delta_chars: int = 4
     #: An HTTP error status; ``error`` (or a generic one) is the JSON body.
@@ -485,7 +487,7 @@ def _chunks(reply: Reply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield from (chunk({"tool_calls": [d]}) for d in _tool_call_deltas(reply))
     if not reply.omit_finish:
         yield chunk({}, reply.resolved_finish_reason())
-    if include_usage:
+    if include_usage and not reply.omit_usage:
         yield {
             "id": chunk_id,
             "object": "chat.completion.chunk",

@@ -351,6 +351,12 @@ def test_the_meter_updates_after_a_response(tmp_path: Path, openai_server: OpenA
             assert (
                 app.meter == f"context ~{estimate:,} / {budget:,} tokens ({share}%) · 0 compactions"
             )
+            # A response without usage moves the estimate, and the meter with it.
+            answering(openai_server, lambda body: Reply(text=ANSWER, omit_usage=True))
+            await converse(pilot, app, 1)
+            later = app.agent.usage.projected_tokens
+            assert later and later > estimate and app.agent.usage.latest_total_tokens is None
+            assert app.meter.startswith(f"context ~{later:,} / {budget:,} tokens")
             answering(
                 openai_server,
                 lambda body: Reply(text=ANSWER, usage=UsageSpec(1000, 234, total_tokens=1234)),

@@ -204,6 +204,8 @@ class CairnApp(App[None]):
                 self._status = status
                 if status == "idle":
                     self._streamed = ""
+                    # A server that sends no usage leaves the estimate, which the turn moved.
+                    self._refresh_meter()
             case Notice(text=text):
                 self.transcript.notice(text)
             case ErrorEvent(message=message):
