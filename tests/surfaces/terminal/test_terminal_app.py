@@ -369,6 +369,11 @@ def test_the_meter_updates_after_a_response(tmp_path: Path, openai_server: OpenA
             block = next(e for e in app.transcript.entries if e.kind == "compact")
             post = block.detail.split("→ ")[1].split(" tokens")[0]
             assert app.meter.startswith(f"context {post} / {budget:,} tokens")
+            # The compaction's count is not kept past a turn whose responses reported none.
+            answering(openai_server, lambda body: Reply(text=ANSWER, omit_usage=True))
+            await converse(pilot, app, 1)
+            now = app.agent.usage.projected_tokens
+            assert now and app.meter.startswith(f"context ~{now:,} / {budget:,} tokens")
 
     asyncio.run(scenario())
     rt.close()

@@ -116,6 +116,8 @@ class CairnApp(App[None]):
         #: Turns the events have seen end (an ``idle`` not ending a compaction).
         self._turns_ended = 0
         self._meter_tokens: int | None = agent.usage.latest_total_tokens
+        #: Whether a response of the running turn reported usage.
+        self._usage_seen = False
         self._exit_armed = False
         self._permissions: dict[str, PermissionScreen] = {}
 
@@ -196,11 +198,15 @@ class CairnApp(App[None]):
                     self._meter_tokens = post
                 self._refresh_meter()
             case UsageUpdate(latest_total_tokens=tokens):
-                self._meter_tokens = tokens
+                self._meter_tokens, self._usage_seen = tokens, True
                 self._refresh_meter()
             case StatusChange(status=status):
                 if status == "idle" and self._status != "compacting":
                     self._turn_ended()
+                    if not self._usage_seen:
+                        # No response of the turn reported usage: any count shown
+                        # (a compaction's) is older than the turn; the estimate is not.
+                        self._meter_tokens = None
                 self._status = status
                 if status == "idle":
                     self._streamed = ""
@@ -424,6 +430,7 @@ class CairnApp(App[None]):
 
     async def _prompt(self, text: str) -> None:
         ended = self._turns_ended
+        self._usage_seen = False
         self._errors_shown.clear()  # only this turn's error events can repeat its error
         try:
             await self.agent.prompt(text)
