@@ -212,6 +212,11 @@ def main() -> int:
     finally:
         window.kill()
         server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()  # llama.cpp's server can outlive a SIGTERM
+            server.wait()
     minutes = round((time.monotonic() - started) / 60, 1)
     errors = stderr.read_text(errors="replace") if stderr.exists() else ""
     counts["tracebacks"] = errors.count("Traceback")  # cairn's own stderr
