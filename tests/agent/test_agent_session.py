@@ -225,3 +225,40 @@ def test_cancel_during_an_automatic_compaction_stops_the_turn_and_sends_nothing(
     records = read_transcript(agent.transcript_path).records
     assert not any(isinstance(r, CompactionRecord) for r in records)
     assert agent.status == "idle"
+
+
+def test_cancel_stops_a_response_whose_server_has_gone_quiet(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """A cancel does not wait for the next chunk: a server still reading a long
+    prompt, or a stalled one, may send none for minutes."""
+    quiet = threading.Event()
+    openai_server.script(
+        Reply(text="The first words, then silence. " * 10, hold=quiet, hold_after=3)
+    )
+    rt = runtime(tmp_path, openai_server)
+    agent = AgentSession.new(rt)
+    streamed = asyncio.Event()
+
+    def watch(event: Event) -> None:
+        if type(event).__name__ == "MessageUpdated":
+            streamed.set()
+
+    agent.on_event(watch)
+
+    async def scenario() -> None:
+        turn = asyncio.ensure_future(agent.prompt("tell me"))
+        await asyncio.wait_for(streamed.wait(), 10)
+        agent.cancel()
+        # Without the race against the abort, this waits for as long as the server is quiet.
+        result = await asyncio.wait_for(turn, 10)
+        assert result.aborted
+        assert agent.status == "idle"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        quiet.set()
+    kept = [m for m in agent.ui_messages() if m.role == "assistant"]
+    assert kept and kept[-1].text.startswith("The f")  # the partial answer is kept
+    rt.close()

@@ -9,7 +9,8 @@ that did not run gets a result saying it was interrupted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,6 +44,7 @@ from cairn.provider import (
     ContextLimitError,
     ProviderError,
     ReasoningDelta,
+    StreamEvent,
     TurnAccumulator,
     chat_request,
 )
@@ -202,7 +204,7 @@ async def _stream(session: LoopHost, fixed: FixedContext) -> Message:
     session.set_status("streaming")
     abort = session.abort_event
     try:
-        async for event in session.provider.stream(request):
+        async for event in _until_aborted(session.provider.stream(request), abort):
             turn.add(event)
             if isinstance(event, ContentDelta | ReasoningDelta):
                 session.events.publish(MessageUpdated(message_id, turn.text, turn.reasoning))
@@ -237,6 +239,38 @@ async def _stream(session: LoopHost, fixed: FixedContext) -> Message:
             )
         )
     return answer
+
+
+async def _until_aborted(
+    stream: AsyncIterator[StreamEvent], abort: asyncio.Event
+) -> AsyncIterator[StreamEvent]:
+    """The stream's events until it ends or ``abort`` is set, whichever comes first.
+
+    A cancel must not wait for the next chunk: a server still reading a long
+    prompt, or one that stalls, may send none for minutes.
+    """
+    events = aiter(stream)
+    aborted = asyncio.ensure_future(abort.wait())
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(events))
+            await asyncio.wait({step, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await step
+                return
+            try:
+                event = step.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        aborted.cancel()
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 async def _run_tools(session: LoopHost, calls: Sequence[ToolCall]) -> list[Message]:
