@@ -37,6 +37,7 @@ from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
 from cairn.agent.state import STATE_KEY, SessionState
 from cairn.agent.subagent import SubagentSetup, run_subagent
 from cairn.agent.tools.base import PermissionMode, PermissionRequest, Tool, ToolContext
+from cairn.agent.tools.host_io import HostFiles, HostTerminal
 from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.skill import SkillTool
 from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
@@ -179,6 +180,8 @@ class Session:
             ask=self._request_permission if self.runtime.answers_permissions else None,
             abort=self._abort,
             clock=time.time,
+            files=self.runtime.host_files,
+            terminal=self.runtime.host_terminal,
         )
 
     def set_status(self, status: SessionStatus) -> None:
@@ -349,6 +352,8 @@ class Runtime:
         permission_mode: PermissionMode = "ask",
         answers_permissions: bool = False,
         store_factory: StoreFactory | None = None,
+        host_files: HostFiles | None = None,
+        host_terminal: HostTerminal | None = None,
     ) -> None:
         self.workspace = Path(normalize_workspace(workspace))
         self.model = model
@@ -364,6 +369,9 @@ class Runtime:
         self.store_factory: StoreFactory = store_factory or JsonlStoreFactory(
             self.home, fsync_every_record=self.settings.store.fsync == "record"
         )
+        #: The hosting editor's file I/O and terminal (ACP), given to every tool; ``None``: local.
+        self.host_files = host_files
+        self.host_terminal = host_terminal
         self._current: Session | None = None
         self._switch_callbacks: list[Callable[[Session], None]] = []
 

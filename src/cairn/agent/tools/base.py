@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeAlias
 
 from cairn.agent.state import SessionState
+from cairn.agent.tools.host_io import HostFiles, HostTerminal
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject, JSONValue
 
@@ -53,6 +54,10 @@ class ToolContext:
     ask: Asker | None = None
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     clock: Callable[[], float] = field(default=lambda: 0.0)
+    #: The host's file I/O (an editor's buffers); ``None``: the tools read and write the disk.
+    files: HostFiles | None = None
+    #: The host's terminal for foreground bash; ``None``: commands run as local subprocesses.
+    terminal: HostTerminal | None = None
 
 
 class Tool(Protocol):

@@ -11,10 +11,19 @@ if something it left running in the background still holds the pipe open
 (asyncio's ``Process.wait`` would wait for that too). Such leftovers are not
 killed; their later output is not captured.
 
+When the host runs commands (``ctx.terminal``, see ``host_io``), a
+foreground command runs in its terminal instead, with the same timeout and
+abort; the result reads the same — the output cut the same way, the same
+exit, timeout and interruption wording — so the model cannot tell the
+difference, beyond a note when the host itself cut the output.
+
 In background mode the command's output goes to
 ``<session_dir>/tasks/<id>.log``; the session state's task list says
 ``running`` and, when the command ends, ``completed (exit 0)`` or
 ``failed (exit N)``. ``bash_output`` shows the log so far and that status.
+Background commands always run here, never in the host's terminal: that log
+file, and the process they are watched and killed by, are what ``bash_output``
+and the end of a session rely on.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pathlib import Path
 from cairn.agent.state import SessionState
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.files import error
+from cairn.agent.tools.host_io import HostTerminal, TerminalEnd, TerminalOutcome, host_problem
 from cairn.agent.tools.paths import bool_arg, number_arg, str_arg
 from cairn.context.effects import ToolEffect
 from cairn.context.restoration_source import BackgroundTask
@@ -45,6 +55,8 @@ LOG_TAIL_BYTES = 30_000
 _PIPE_GRACE_S = 0.5
 #: After a kill, how long to wait for the process to be reaped.
 _REAP_GRACE_S = 5.0
+#: How long past the timeout a host terminal may take to report before it is cancelled.
+_HOST_GRACE_S = 10.0
 #: How much of the command a background task's description keeps.
 _DESCRIPTION_CHARS = 200
 TASK_PREFIX = "bash_"
@@ -110,6 +122,8 @@ class Bash:
             return await self._start_background(command, ctx)
         if ctx.abort.is_set():
             return error("interrupted: the command was not started")
+        if ctx.terminal is not None:
+            return await _run_in_host(ctx.terminal, command, timeout, ctx)
         return await _run_foreground(command, timeout, ctx)
 
     # -- background ------------------------------------------------------------
@@ -278,7 +292,7 @@ async def _run_foreground(command: str, timeout: float, ctx: ToolContext) -> Too
     transport: asyncio.BaseTransport | None = None
     exited = asyncio.ensure_future(process.wait())
     aborted = asyncio.ensure_future(_abort_wait(ctx.abort))
-    outcome = "exited"
+    outcome: TerminalEnd = "exited"
     try:
         pipe = os.fdopen(read_fd, "rb", buffering=0)
         transport, _ = await loop.connect_read_pipe(lambda: _Collector(output, closed), pipe)
@@ -299,11 +313,9 @@ async def _run_foreground(command: str, timeout: float, ctx: ToolContext) -> Too
         if transport is not None:
             transport.close()
 
-    text = output.text().rstrip("\n") or "(no output)"
-    if outcome == "timed out":
-        return error(f"{text}\ncommand timed out after {timeout:g} s and was killed")
-    if outcome == "interrupted":
-        return error(f"{text}\ninterrupted: the command was killed")
+    text = _shown(output)
+    if outcome != "exited":
+        return _killed(text, outcome, timeout)
     code = process.returncode
     assert code is not None
     status = f"exit code {code}"
@@ -315,6 +327,54 @@ async def _run_foreground(command: str, timeout: float, ctx: ToolContext) -> Too
             "output is not captured — use run_in_background for long-running commands)"
         )
     return ToolResult(f"{text}\n{status}", is_error=code != 0)
+
+
+async def _run_in_host(
+    terminal: HostTerminal, command: str, timeout: float, ctx: ToolContext
+) -> ToolResult:
+    running = asyncio.ensure_future(
+        terminal.run(command, cwd=ctx.workspace, timeout=timeout, abort=ctx.abort)
+    )
+    try:
+        # The host kills the command at the timeout; this bound only keeps a
+        # host that never answers from hanging the turn (cancelling kills).
+        done, _ = await asyncio.wait({running}, timeout=timeout + _HOST_GRACE_S)
+    finally:
+        running.cancel()  # a no-op once it has finished
+    if running not in done:
+        await asyncio.wait({running}, timeout=_REAP_GRACE_S)
+        ended = TerminalOutcome("", None, ended="timed out")
+    else:
+        try:
+            ended = running.result()
+        except OSError as exc:
+            return error(f"could not run the command in the host's terminal: {host_problem(exc)}")
+    # Cut as a local command's output is: the model never gets more than from a local run.
+    output = _Output()
+    output.add(ended.output.encode("utf-8", errors="replace"))
+    text = _shown(output)
+    note = "\n(the host's terminal kept only part of the output)" if ended.truncated else ""
+    if ended.ended != "exited":
+        return _killed(text, ended.ended, timeout, note)
+    code = ended.exit_code
+    if code is None:
+        status = f"killed by signal {ended.signal}" if ended.signal else "no exit code"
+    else:
+        status = f"exit code {code}"
+        if ended.signal:
+            status += f" (killed by signal {ended.signal})"
+    return ToolResult(f"{text}\n{status}{note}", is_error=code != 0)
+
+
+def _shown(output: _Output) -> str:
+    return output.text().rstrip("\n") or "(no output)"
+
+
+def _killed(text: str, ended: TerminalEnd, timeout: float, note: str = "") -> ToolResult:
+    """The result of a command killed at its timeout or by an abort."""
+    if ended == "timed out":
+        return error(f"{text}\ncommand timed out after {timeout:g} s and was killed{note}")
+    return error(f"{text}\ninterrupted: the command was killed{note}")
 
 
 async def _abort_wait(abort: asyncio.Event) -> None:

@@ -6,6 +6,12 @@ compaction); ``write_file`` and ``edit_file`` write atomically — a temporary
 file in the same folder, then a rename — and keep an existing file's mode;
 ``list_files`` walks the workspace without entering ``SKIPPED_DIRS``.
 
+When the host does file I/O (``ctx.files``, see ``host_io``), read_file,
+write_file and edit_file still walk, open and check the path here first —
+confinement, a missing file, a folder, a binary file give the same errors —
+and only then read or write the text through the host, at the path that walk
+verified; the host's failure is an error result like any other.
+
 Every tool works on descriptors from ``paths`` (``open_readable``,
 ``writable_slot``, ``scan``): what it reads, lists or replaces is what the
 confined walk opened, so a folder swapped for a symlink meanwhile cannot
@@ -15,13 +21,16 @@ lead it outside the workspace.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 from cairn.agent.tools.base import ToolContext, ToolResult
+from cairn.agent.tools.host_io import host_problem
 from cairn.agent.tools.paths import (
     SKIPPED_DIRS,
     Opened,
@@ -142,30 +151,49 @@ class ReadFile:
             problem = text_file_problem(opened.fd, shown)
             if problem is not None:
                 return error(problem)
-            try:
-                text = await in_thread(opened.fd, lambda fd: _read_lines(fd, offset, limit))
-            except OSError as exc:
-                return error(f"cannot read {shown}: {exc.strerror or exc}")
+            if ctx.files is not None:
+                # Confined and checked above; the text is the host's (an unsaved buffer, say).
+                try:
+                    content = await ctx.files.read_text(opened.path)
+                except OSError as exc:
+                    return error(f"cannot read {shown}: {host_problem(exc)}")
+                text = _format_lines(_text_lines(content), offset, limit)
+            else:
+                try:
+                    text = await in_thread(opened.fd, lambda fd: _read_fd(fd, offset, limit))
+                except OSError as exc:
+                    return error(f"cannot read {shown}: {exc.strerror or exc}")
         ctx.state.record_read(opened.path, ctx.clock())
         return ToolResult(text)
 
 
-def _read_lines(fd: int, offset: int, limit: int) -> str:
+def _read_fd(fd: int, offset: int, limit: int) -> str:
+    with open(fd, encoding="utf-8", errors="replace", closefd=False) as handle:
+        return _format_lines(handle, offset, limit)
+
+
+def _text_lines(text: str) -> io.StringIO:
+    # The lines a file of this text would give: universal newlines, as
+    # ``open`` splits them (``str.splitlines`` would also split on \f, \v, …).
+    return io.StringIO(text, newline=None)
+
+
+def _format_lines(lines: Iterable[str], offset: int, limit: int) -> str:
+    """read_file's text for ``lines`` (each with its line end): numbered, from ``offset``, cut."""
     shown: list[str] = []
     chars = 0
     total = 0
     full = False
-    with open(fd, encoding="utf-8", errors="replace", closefd=False) as handle:
-        for number, line in enumerate(handle, 1):
-            total = number
-            if number < offset or full or len(shown) >= limit:
-                continue
-            entry = numbered(number, line.rstrip("\n"))
-            if shown and chars + len(entry) > MAX_READ_CHARS:
-                full = True
-                continue
-            shown.append(entry)
-            chars += len(entry) + 1
+    for number, line in enumerate(lines, 1):
+        total = number
+        if number < offset or full or len(shown) >= limit:
+            continue
+        entry = numbered(number, line.rstrip("\n"))
+        if shown and chars + len(entry) > MAX_READ_CHARS:
+            full = True
+            continue
+        shown.append(entry)
+        chars += len(entry) + 1
     if total == 0:
         return "(the file is empty)"
     if not shown:
@@ -222,9 +250,16 @@ class WriteFile:
                 existing = slot.lstat()
                 if slot.name is None or (existing and stat.S_ISDIR(existing.st_mode)):
                     return error(f"{shown} is a directory; write_file writes files")
-                write_at(slot.dir_fd, slot.name, data)
+                if ctx.files is None:
+                    write_at(slot.dir_fd, slot.name, data)
             except OSError as exc:
                 return error(f"cannot write {shown}: {exc.strerror or exc}")
+        if ctx.files is not None:
+            # The walk above has made any missing folders, as it does for a local write.
+            try:
+                await ctx.files.write_text(slot.path, content)
+            except OSError as exc:
+                return error(f"cannot write {shown}: {host_problem(exc)}")
         existed = existing is not None
         verb = "Overwrote" if existed else "Created"
         return ToolResult(f"{verb} {shown} ({_count_lines(content)} lines, {len(data)} bytes)")
@@ -284,27 +319,18 @@ class EditFile:
         except OSError as exc:
             return error(os_problem(exc, shown_path(ctx, raw)))
         with slot:
-            return self._edit(slot, display_path(ctx.workspace, slot.path), old, new, replace_all)
+            shown = display_path(ctx.workspace, slot.path)
+            return await self._edit(ctx, slot, shown, old, new, replace_all)
 
-    def _edit(self, slot: Slot, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
+    async def _edit(
+        self, ctx: ToolContext, slot: Slot, shown: str, old: str, new: str, replace_all: bool
+    ) -> ToolResult:
         if slot.name is None:
             return error(f"{shown} is a directory, not a file; use list_files to see what it holds")
-        try:
-            fd = slot.open()
-        except OSError as exc:
-            return error(os_problem(exc, shown))
-        try:
-            problem = text_file_problem(fd, shown)
-            if problem is not None:
-                return error(problem)
-            mode = stat.S_IMODE(os.fstat(fd).st_mode)
-            text = read_all(fd).decode("utf-8")
-        except UnicodeDecodeError:
-            return error(f"{shown} is not valid UTF-8 text; edit_file only edits UTF-8 files")
-        except OSError as exc:
-            return error(f"cannot read {shown}: {exc.strerror or exc}")
-        finally:
-            os.close(fd)
+        read = await _text_to_edit(ctx, slot, shown)
+        if isinstance(read, ToolResult):
+            return read
+        text, mode = read
 
         found = _occurrences(text, old)
         if found == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
@@ -329,15 +355,51 @@ class EditFile:
         first = text.index(old)
         replaced = text.count(old) if replace_all else 1
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        try:
-            write_at(slot.dir_fd, slot.name, updated.encode("utf-8"), mode=mode)
-        except OSError as exc:
-            return error(f"cannot write {shown}: {exc.strerror or exc}")
+        if ctx.files is not None:
+            try:
+                await ctx.files.write_text(slot.path, updated)
+            except OSError as exc:
+                return error(f"cannot write {shown}: {host_problem(exc)}")
+        else:
+            try:
+                write_at(slot.dir_fd, slot.name, updated.encode("utf-8"), mode=mode)
+            except OSError as exc:
+                return error(f"cannot write {shown}: {exc.strerror or exc}")
         what = "1 occurrence" if replaced == 1 else f"{replaced} occurrences"
         where = " (the first shown)" if replaced > 1 else ""
         return ToolResult(
             f"Edited {shown}: replaced {what}{where}.\n{_snippet(updated, first, new)}"
         )
+
+
+async def _text_to_edit(
+    ctx: ToolContext, slot: Slot, shown: str
+) -> tuple[str, int | None] | ToolResult:
+    """The text edit_file changes and the mode to keep (``None``: the host's), or the error."""
+    try:
+        fd = slot.open()
+    except OSError as exc:
+        return error(os_problem(exc, shown))
+    files = ctx.files
+    try:
+        # Checked on the disk even when the host reads: a missing file, a
+        # folder or a binary file give the same errors either way.
+        problem = text_file_problem(fd, shown)
+        if problem is not None:
+            return error(problem)
+        if files is None:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            return read_all(fd).decode("utf-8"), mode
+    except UnicodeDecodeError:
+        return error(f"{shown} is not valid UTF-8 text; edit_file only edits UTF-8 files")
+    except OSError as exc:
+        return error(f"cannot read {shown}: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+    try:
+        return await files.read_text(slot.path), None
+    except OSError as exc:
+        return error(f"cannot read {shown}: {host_problem(exc)}")
 
 
 def _occurrences(text: str, needle: str) -> int:
