@@ -2,7 +2,7 @@
 
 A surface — the terminal UI, the editor agent, the browser UI, ``cairn -p``
 — drives a session only through this: ``prompt``, ``compact``, ``cancel``,
-``answer``, ``events``, ``status``, ``ui_messages`` and ``usage``, plus
+``answer``, ``events`` (or ``on_event``), ``status``, ``ui_messages`` and ``usage``, plus
 ``new`` / ``resume`` / ``clear`` / ``sessions`` that respect the session
 guard: while the session streams, runs tools or compacts, switching away is
 refused with ``SessionBusyError`` (a compaction's write phase must not land
@@ -12,7 +12,7 @@ form (``cairn.agent.events.event_to_wire``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +105,15 @@ class AgentSession:
     def events(self) -> AsyncIterator[Event]:
         """Every event from now on, until the session closes."""
         return self._session.events.subscribe()
+
+    def on_event(self, callback: Callable[[Event], None]) -> None:
+        """Call ``callback`` with every event as it is published, in order, synchronously.
+
+        For a surface that must have passed on all of a turn's events before
+        it answers the request that ran the turn (the editor agent answers
+        ``session/prompt`` only after the turn's updates); others use ``events()``.
+        """
+        self._session.events.on(callback)
 
     @property
     def id(self) -> str:

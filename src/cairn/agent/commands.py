@@ -18,6 +18,7 @@ from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (
     CompactionCancelledError,
     CompactionFailedError,
+    CompactionOutcome,
     NothingToCompactError,
 )
 
@@ -35,6 +36,10 @@ COMMANDS = ("/compact", "/clear", "/resume", "/status", "/help")
 class CommandOutcome:
     text: str
     ok: bool = True
+    #: A ``/compact`` that wrote a compaction: its sizes, strategy and summary.
+    compaction: CompactionOutcome | None = None
+    #: A ``/compact`` the user's cancel stopped (the transcript is unchanged).
+    cancelled: bool = False
 
 
 def parse_command(text: str) -> tuple[str, str] | None:
@@ -78,7 +83,7 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     except NothingToCompactError as exc:
         return CommandOutcome(f"/compact: {exc}; the context is unchanged", ok=False)
     except CompactionCancelledError as exc:
-        return CommandOutcome(f"/compact: {exc}")
+        return CommandOutcome(f"/compact: {exc}", cancelled=True)
     except CompactionFailedError as exc:
         return CommandOutcome(f"compaction failed: {exc}", ok=False)
     except CompactionBlockedError as exc:
@@ -86,7 +91,8 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     if outcome is None:
         return CommandOutcome("/compact skipped: the session changed or is busy")
     return CommandOutcome(
-        f"compacted ({outcome.strategy}): {outcome.pre_tokens:,} → {outcome.post_tokens:,} tokens"
+        f"compacted ({outcome.strategy}): {outcome.pre_tokens:,} → {outcome.post_tokens:,} tokens",
+        compaction=outcome,
     )
 
 

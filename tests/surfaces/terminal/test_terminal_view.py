@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from cairn.agent.commands import COMMANDS, HELP
 from cairn.messages import Message, MessageMeta, ToolCall, assistant, tool_result, user
+from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import compaction_hint, stream_tail
 from cairn.surfaces.terminal.view import (
     History,
@@ -13,7 +14,6 @@ from cairn.surfaces.terminal.view import (
     Transcript,
     age_text,
     classify,
-    compact_label,
     complete,
     completion,
     completion_hint,

@@ -18,6 +18,7 @@ from typing import Literal, TypeAlias, TypeVar
 from cairn.agent.commands import COMMANDS, HELP
 from cairn.agent.events import SessionStatus
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, Message, ToolCall
+from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import compaction_hint, stream_tail
 
 #: Messages rendered in the normal (collapsed) view and in the expanded view (seed 004).
@@ -44,18 +45,6 @@ def one_line(text: str, limit: int = RESULT_CHARS) -> str:
     """``text`` on one line (breaks as ``⏎``), cut to ``limit`` characters with ``…``."""
     flat = " ⏎ ".join(line.strip() for line in text.strip().splitlines() if line.strip())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def compact_label(block: Message) -> str:
-    """``Conversation compacted · 41,210 → 9,830 tokens · llm`` from a compact block's meta."""
-    extra = block.meta.extra
-    pre, post, strategy = extra.get("pre_tokens"), extra.get("post_tokens"), extra.get("strategy")
-    parts = ["Conversation compacted"]
-    if isinstance(pre, int) and isinstance(post, int):
-        parts.append(f"{pre:,} → {post:,} tokens")
-    if isinstance(strategy, str) and strategy:
-        parts.append(strategy)
-    return " · ".join(parts)
 
 
 def tool_label(call: ToolCall) -> str:
