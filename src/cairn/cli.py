@@ -169,8 +169,49 @@ def _run_terminal(args: argparse.Namespace) -> int:
     )
 
 
+def _add_acp(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "acp",
+        help="serve the Agent Client Protocol on stdio (Zed, JetBrains, any ACP client)",
+        description=(
+            "Run Cairn as an editor's agent: JSON-RPC on stdin and stdout, logs on stderr. "
+            "The editor spawns it; each session's cwd is its workspace. The model comes "
+            "from the settings, CAIRN_MODEL / OPENAI_BASE_URL / OPENAI_API_KEY and the flags."
+        ),
+    )
+    # SUPPRESS: given after ``acp`` they win, else the ones given before it stand.
+    parser.add_argument("--model", default=argparse.SUPPRESS, help="the model name")
+    parser.add_argument(
+        "--context-window", type=int, metavar="N", default=argparse.SUPPRESS, help="the window"
+    )
+    parser.add_argument(
+        "--max-output-tokens", type=int, metavar="N", default=argparse.SUPPRESS, help="the cap"
+    )
+    parser.add_argument(
+        "--permission-mode",
+        choices=("ask", "accept-edits", "bypass"),
+        default=argparse.SUPPRESS,
+        help="the mode sessions start in (the editor can switch it): accept-edits by default",
+    )
+    parser.set_defaults(handler=_run_acp)
+
+
+def _run_acp(args: argparse.Namespace) -> int:
+    from cairn.surfaces.acp import AcpArgs, run_acp
+
+    return run_acp(
+        AcpArgs(
+            model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
+            permission_mode=args.permission_mode,
+            workspace=Path.cwd(),
+        )
+    )
+
+
 #: Every subcommand, in the order ``cairn --help`` lists them.
-COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect, _add_replay)
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect, _add_replay, _add_acp)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,117 @@
+"""``cairn acp``: serve the Agent Client Protocol on stdin/stdout, as editors spawn agents.
+
+stdout carries protocol messages and nothing else: the process's own file
+descriptor 1 is pointed at stderr before anything runs, so a stray print or
+a child process that inherits it cannot corrupt the stream; the protocol
+writes to a duplicate of the original stdout. Logs go to stderr.
+
+The model is resolved as ``cairn -p`` resolves it (settings of the folder
+``cairn acp`` starts in, then the environment, then the flags); each
+session's own settings (hooks, compaction) come from its ``cwd``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from acp.agent.router import build_agent_router
+from acp.connection import Connection
+from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
+from acp.interfaces import Agent
+from acp.stdio import stdio_streams
+
+from cairn.agent.settings import SettingsError, load_settings
+from cairn.agent.tools.base import PermissionMode
+from cairn.provider import ModelConfig, ModelConfigError, OpenAIProvider
+from cairn.surfaces.acp.channel import Channel
+from cairn.surfaces.acp.server import AgentSetup, CairnAgent
+from cairn.surfaces.print_mode import EXIT_USAGE, NO_MODEL, PrintArgs, resolve_cli_model
+
+
+@dataclass(frozen=True)
+class AcpArgs:
+    model: str | None = None
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    permission_mode: PermissionMode = "accept-edits"
+    workspace: Path = Path()
+
+
+def run_acp(args: AcpArgs) -> int:
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="cairn acp: %(levelname)s %(message)s"
+    )
+    try:
+        settings = load_settings(args.workspace)
+        model = resolve_cli_model(
+            settings,
+            PrintArgs(
+                prompt=None,
+                model=args.model,
+                context_window=args.context_window,
+                max_output_tokens=args.max_output_tokens,
+            ),
+        )
+    except (SettingsError, ModelConfigError) as exc:
+        print(f"cairn acp: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if model is None:
+        print(f"cairn acp: {NO_MODEL}", file=sys.stderr)
+        return EXIT_USAGE
+    _protect_stdout()
+    asyncio.run(_serve_stdio(model, args.permission_mode))
+    return 0
+
+
+def _protect_stdout() -> None:
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # stdio_streams writes to sys.stdout: hand it the duplicate, and keep prints on stderr.
+    sys.stdout = protocol
+    _PROTOCOL_OUT.append(protocol)
+
+
+#: The protocol's stdout, kept open for the process's life.
+_PROTOCOL_OUT: list[object] = []
+
+
+async def _serve_stdio(model: ModelConfig, permission_mode: PermissionMode) -> None:
+    reader, writer = await stdio_streams(limit=DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+    sys.stdout = sys.stderr
+    async with OpenAIProvider(model) as provider:
+        await serve(AgentSetup(model, provider, permission_mode), reader, writer)
+
+
+async def serve(
+    setup: AgentSetup, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """Run one connection until the client closes it (the in-process tests call this too)."""
+    agent: CairnAgent | None = None
+
+    async def handle(method: str, params: object, is_notification: bool) -> object:
+        assert agent is not None
+        if method == "initialize":
+            agent.observe_initialize(params)  # the raw capabilities, before the schema drops some
+        return await router(method, params, is_notification)
+
+    connection = Connection(handle, writer, reader, listening=False)
+    channel = Channel(connection)
+    agent = CairnAgent(setup, channel)
+    # CairnAgent implements the methods Cairn supports; the router answers the
+    # rest (fork, resume, authenticate …) with "method not found".
+    router = build_agent_router(_as_agent(agent))
+    try:
+        await connection.main_loop()
+    finally:
+        await agent.close()
+        await channel.close()
+        await connection.close()
+
+
+def _as_agent(agent: CairnAgent) -> Agent:
+    return agent  # type: ignore[return-value]

@@ -1,0 +1,427 @@
+"""One ACP session — an editor's thread — over one ``AgentSession``.
+
+The thread turns the session's events into ``session/update`` notifications,
+asks the editor for permissions, and runs what the user typed: a prompt for
+the model, or one of Cairn's own commands (``/compact``, ``/clear``,
+``/status``, ``/help``), which never reach the model.
+
+A compaction is shown three ways at once (seed 004, DESIGN §8):
+
+- always, Cairn's extension notifications, scoped by session:
+  ``_cairn/compactionStateChange {sessionId, isCompacting}`` (true, then
+  exactly one false) and ``_cairn/compactionContentUpdate {sessionId,
+  content}`` with the fork's text so far;
+- to a client that advertised ``session.compaction``, the protocol's own
+  ``compaction_update`` (in_progress → completed / failed / cancelled) and
+  ``compaction_summary_chunk`` updates;
+- to any other client, a ``think`` tool call "Compacting conversation" whose
+  content is the streamed tail, ending with the compact block's line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acp.exceptions import RequestError
+from acp.schema import (
+    AllowedOutcome,
+    PermissionOption,
+    PermissionOptionKind,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+)
+from acp.schema import StopReason as AcpStopReason
+from pydantic import ValidationError
+
+from cairn.agent.agent_session import AgentSession, SessionBusyError
+from cairn.agent.commands import CommandOutcome, parse_command
+from cairn.agent.events import (
+    CompactBlockAdded,
+    CompactionContentUpdate,
+    CompactionStateChange,
+    ErrorEvent,
+    Event,
+    MessageAdded,
+    MessageUpdated,
+    Notice,
+    PermissionRequested,
+    ToolFinished,
+    ToolStarted,
+    UsageUpdate,
+)
+from cairn.agent.loop import TurnError
+from cairn.agent.session import PERMISSION_OPTIONS, PermissionDecision, Runtime
+from cairn.errors import CairnError
+from cairn.messages import KIND_ERROR, JSONObject, Message, ToolCall, new_id
+from cairn.store import StoreError
+from cairn.surfaces.acp import updates
+from cairn.surfaces.acp.channel import Channel
+from cairn.surfaces.labels import compact_label
+
+log = logging.getLogger(__name__)
+
+#: How the turn's last response ended (its ``finish_reason``) → ACP's stop reason.
+FINISH_STOP_REASONS: dict[str, AcpStopReason] = {
+    "content_filter": "refusal",
+    "length": "max_tokens",
+}
+
+HELP = """Cairn handles these itself (they never reach the model):
+  /compact [instructions]  summarize the conversation now; instructions focus the summary
+  /clear                   start a new session (this one stays on disk)
+  /status                  model, window, tokens, thresholds and compactions so far
+  /help                    this list
+An earlier session opens from the editor's thread history."""
+
+_PERMISSION_NAMES: dict[str, tuple[str, PermissionOptionKind]] = {
+    "allow_once": ("Allow once", "allow_once"),
+    "allow_always": ("Allow always (this session)", "allow_always"),
+    "reject": ("Deny", "reject_once"),
+}
+
+
+@dataclass
+class _LiveCompaction:
+    id: str
+    streamed: str = ""
+    block: Message | None = None
+    #: The last notice or error while it ran: why it did not complete.
+    problem: str | None = None
+
+
+@dataclass
+class Thread:
+    """One ACP session: the client's ``sessionId`` and the Cairn session behind it.
+
+    The id stays the client's for the thread's life; ``/clear`` puts a fresh
+    Cairn session behind it (the old one stays on disk and loads by its id).
+    """
+
+    acp_id: str
+    runtime: Runtime
+    agent: AgentSession
+    channel: Channel
+    #: The client advertised ``session.compaction``: it gets the protocol's own updates.
+    standard_compaction: bool = False
+    _streamed: updates.StreamedText = field(default_factory=updates.StreamedText)
+    _calls: dict[str, ToolCall] = field(default_factory=dict)
+    _started: set[str] = field(default_factory=set)
+    _current_call: str | None = None
+    _compaction: _LiveCompaction | None = None
+    _asking: set[asyncio.Task[None]] = field(default_factory=set)
+    _errors_said: set[str] = field(default_factory=set)
+    _cancelled: bool = False
+    _prompting: bool = False
+    #: The ``finish_reason`` of the running turn's latest response.
+    _finish: str | None = None
+
+    def __post_init__(self) -> None:
+        self._follow(self.agent)
+
+    @property
+    def workspace(self) -> Path:
+        return self.runtime.workspace
+
+    # -- what the client sees --------------------------------------------------
+
+    def send(self, update: JSONObject) -> None:
+        self.channel.update(self.acp_id, update)
+
+    def say(self, text: str) -> None:
+        """A paragraph from Cairn in the thread (a command's answer, a notice, an error)."""
+        self.send(updates.agent_text(f"\n{text.strip(chr(10))}\n"))
+
+    def replay(self) -> None:
+        """``session/load``: the whole UI history, every message and compact block, in order."""
+        for update in updates.history(
+            self.agent.ui_messages(), self.workspace, standard_compaction=self.standard_compaction
+        ):
+            self.send(update)
+        self.send_usage()
+
+    def send_usage(self, used: int | None = None) -> None:
+        usage = self.agent.usage
+        used = used if used is not None else usage.latest_total_tokens
+        if used is not None and usage.window:
+            self.send(updates.usage(used, usage.window))
+
+    def send_commands(self) -> None:
+        self.send(updates.available_commands())
+
+    def show_terminal(self, terminal_id: str) -> None:
+        """Embed the editor terminal a command runs in into the running tool call."""
+        if self._current_call is not None:
+            self.send(updates.tool_terminal(self._current_call, terminal_id))
+
+    # -- events ------------------------------------------------------------------
+
+    def _follow(self, agent: AgentSession) -> None:
+        agent.on_event(lambda event: self._on_event(agent, event))
+
+    def _on_event(self, agent: AgentSession, event: Event) -> None:
+        if agent is not self.agent:
+            return  # a session /clear replaced: its tail is not this thread's any more
+        try:
+            self._show(agent, event)
+        except Exception:  # called inside the session's publish: a bug here must not end a turn
+            log.exception("cannot send %s", type(event).__name__)
+
+    def _show(self, agent: AgentSession, event: Event) -> None:
+        match event:
+            case MessageUpdated(message_id=message_id, content=content, reasoning=reasoning):
+                for update in self._streamed.deltas(message_id, content, reasoning):
+                    self.send(update)
+            case MessageAdded(message=message):
+                self._message(message)
+            case ToolStarted(call=call):
+                self._calls[call.id] = call
+                self._started.add(call.id)
+                self._current_call = call.id
+                self.send(updates.tool_started(call, self.workspace))
+            case ToolFinished(call_id=call_id, result=result):
+                self._tool_finished(call_id, result)
+            case CompactionStateChange(is_compacting=is_compacting):
+                self._compaction_state(is_compacting)
+            case CompactionContentUpdate(content=content):
+                self._compaction_content(content)
+            case CompactBlockAdded(block=block):
+                if self._compaction is not None:
+                    self._compaction.block = block
+                post = block.meta.extra.get("post_tokens")
+                if isinstance(post, int):
+                    self.send_usage(post)  # the meter moves as soon as the compaction commits
+            case UsageUpdate(latest_total_tokens=tokens, window=window):
+                if window:
+                    self.send(updates.usage(tokens, window))
+            case Notice(text=text):
+                if self._compaction is not None:
+                    self._compaction.problem = text
+                self.say(text)
+            case ErrorEvent(message=message):
+                if self._compaction is not None:
+                    self._compaction.problem = message
+                self._say_error(message)
+            case PermissionRequested():
+                task = asyncio.get_running_loop().create_task(self._ask(agent, event))
+                self._asking.add(task)
+                task.add_done_callback(self._asking.discard)
+
+    def _message(self, message: Message) -> None:
+        if message.meta.kind == KIND_ERROR:
+            self._say_error(message.text)
+        elif message.role == "assistant":
+            finish = message.meta.extra.get("finish_reason")
+            self._finish = finish if isinstance(finish, str) else None
+            for update in self._streamed.finish(message):
+                self.send(update)
+            for call in message.tool_calls:
+                self._calls[call.id] = call
+        elif message.role == "tool" and message.tool_call_id not in self._started:
+            # A call the cancel stopped before it ran: the client learns of it, as failed.
+            stopped = self._calls.get(message.tool_call_id or "")
+            if stopped is not None:
+                self._started.add(stopped.id)
+                self.send(updates.tool_started(stopped, self.workspace))
+                self.send(updates.tool_finished(stopped.id, message))
+        # The user's own prompt is on the client's screen already.
+
+    def _tool_finished(self, call_id: str, result: Message) -> None:
+        self.send(updates.tool_finished(call_id, result))
+        call = self._calls.get(call_id)
+        if call is not None and not result.meta.tool_error:
+            plan = updates.plan(call)
+            if plan is not None:
+                self.send(plan)
+        if self._current_call == call_id:
+            self._current_call = None
+
+    def _say_error(self, message: str) -> None:
+        if message not in self._errors_said:
+            self._errors_said.add(message)
+            self.say(f"Error: {message}")
+
+    # -- compaction, three ways ---------------------------------------------------
+
+    def _compaction_state(self, is_compacting: bool) -> None:
+        self.channel.extension(
+            "cairn/compactionStateChange", {"sessionId": self.acp_id, "isCompacting": is_compacting}
+        )
+        if is_compacting:
+            started = self._compaction = _LiveCompaction(new_id("compaction"))
+            if self.standard_compaction:
+                self.send(updates.compaction_update(started.id, "in_progress"))
+            else:
+                self.send(updates.compaction_tool_started(started.id))
+            return
+        live, self._compaction = self._compaction, None
+        if live is None:
+            return
+        if live.block is not None:
+            if self.standard_compaction:
+                self.send(updates.compaction_update(live.id, "completed", summary=live.block.text))
+            else:
+                label = compact_label(live.block)
+                self.send(updates.compaction_tool_progress(live.id, label, "completed"))
+            return
+        why = live.problem or "the compaction did not complete; the conversation is unchanged"
+        if self.standard_compaction:
+            status: updates.CompactionStatus = "cancelled" if self._cancelled else "failed"
+            self.send(updates.compaction_update(live.id, status, error=why))
+        else:
+            self.send(updates.compaction_tool_progress(live.id, why, "failed"))
+
+    def _compaction_content(self, content: str) -> None:
+        self.channel.extension(
+            "cairn/compactionContentUpdate", {"sessionId": self.acp_id, "content": content}
+        )
+        live = self._compaction
+        if live is None:
+            return
+        if self.standard_compaction:
+            if content.startswith(live.streamed) and len(content) > len(live.streamed):
+                self.send(updates.compaction_summary_chunk(live.id, content[len(live.streamed) :]))
+        else:
+            self.send(updates.compaction_tool_progress(live.id, updates.compaction_tail(content)))
+        live.streamed = content
+
+    # -- permissions -------------------------------------------------------------
+
+    async def _ask(self, agent: AgentSession, request: PermissionRequested) -> None:
+        call = self._calls.get(self._current_call or "")
+        tool_call = ToolCallUpdate(
+            tool_call_id=call.id if call is not None else request.id,
+            title=updates.tool_title(call) if call is not None else request.summary or request.tool,
+            kind=updates.tool_kind(request.tool),
+            status="pending",
+        )
+        options = [
+            PermissionOption(option_id=option, name=name, kind=kind)
+            for option in PERMISSION_OPTIONS
+            for name, kind in [_PERMISSION_NAMES[option]]
+        ]
+        decision: PermissionDecision = "reject"
+        try:
+            raw = await self.channel.request(
+                "session/request_permission",
+                {
+                    "sessionId": self.acp_id,
+                    "toolCall": tool_call.model_dump(mode="json", by_alias=True, exclude_none=True),
+                    "options": [
+                        o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in options
+                    ],
+                },
+            )
+            outcome = RequestPermissionResponse.model_validate(raw).outcome
+            if isinstance(outcome, AllowedOutcome):
+                chosen = outcome.option_id
+                decision = chosen if chosen in PERMISSION_OPTIONS else "reject"  # type: ignore[assignment]
+            else:
+                decision = "cancelled"
+        except (RequestError, ValidationError, ConnectionError):
+            decision = "reject"  # no usable answer: the call does not run
+        agent.answer(request.id, decision)
+
+    # -- what the user typed ----------------------------------------------------------
+
+    async def prompt(self, text: str) -> AcpStopReason:
+        """Run a prompt (or a command) to its end; the updates are sent before this returns."""
+        try:
+            return await self._run(text)
+        finally:
+            await self.channel.flush()
+
+    async def _run(self, text: str) -> AcpStopReason:
+        command = parse_command(text)
+        if command is not None:
+            return await self._command(*command)
+        if text.strip().startswith("/resume"):
+            self.say("An earlier session opens from the editor's thread history (session/load).")
+            return "end_turn"
+        if self._prompting:
+            raise RequestError(-32600, f"session {self.acp_id} is already running a prompt")
+        self._prompting, self._cancelled, self._finish = True, False, None
+        self._errors_said.clear()
+        try:
+            result = await self.agent.prompt(text)
+        except SessionBusyError as exc:
+            self.say(str(exc))
+            return "end_turn"
+        except TurnError as exc:
+            self._say_error(str(exc))
+            return "end_turn"
+        except (CairnError, OSError) as exc:  # a store or hook failure: said, never a traceback
+            self._say_error(f"{type(exc).__name__}: {exc}")
+            return "end_turn"
+        finally:
+            self._prompting = False
+        if result.aborted or self._cancelled:
+            return "cancelled"
+        if result.max_turns_reached:
+            return "max_turn_requests"
+        return FINISH_STOP_REASONS.get(self._finish or "", "end_turn")
+
+    async def _command(self, name: str, argument: str) -> AcpStopReason:
+        if name == "/compact":
+            outcome = await self.compact(argument or None)
+            if outcome.cancelled:
+                return "cancelled"
+            if outcome.compaction is None:
+                self.say(outcome.text)  # ignored, skipped or failed: say why
+            return "end_turn"
+        if name == "/clear":
+            self.clear()
+            return "end_turn"
+        if name == "/resume":
+            self.say("An earlier session opens from the editor's thread history (session/load).")
+            return "end_turn"
+        if name == "/status":
+            outcome = await self.agent.command("/status")
+            self.say(f"```\n{outcome.text}\n```")
+            return "end_turn"
+        self.say(HELP)
+        return "end_turn"
+
+    async def compact(self, instructions: str | None) -> CommandOutcome:
+        """``/compact`` or ``_cairn/compact``; on return it has ended (done, skipped, failed…)."""
+        self._cancelled = False
+        try:
+            outcome = await self.agent.compact(instructions)
+        except (CairnError, OSError) as exc:
+            outcome = CommandOutcome(f"compaction failed: {exc}", ok=False)
+        await self.channel.flush()
+        return outcome
+
+    def clear(self) -> None:
+        old = self.agent.id
+        try:
+            agent = self.agent.clear()
+        except SessionBusyError as exc:
+            self.say(str(exc))
+            return
+        except (CairnError, StoreError, OSError) as exc:
+            self._say_error(f"cannot start a new session: {exc}")
+            return
+        self.agent = agent
+        self._streamed = updates.StreamedText()
+        self._calls.clear()
+        self._started.clear()
+        self._follow(agent)
+        self.say(f"New session {agent.id}; the earlier one ({old}) stays on disk.")
+
+    def cancel(self) -> None:
+        """``session/cancel``: the turn or compaction stops; pending permissions end cancelled."""
+        self._cancelled = True
+        self.agent.cancel()
+        for task in list(self._asking):
+            task.cancel()
+
+    async def close(self) -> None:
+        for task in list(self._asking):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.runtime.close()
