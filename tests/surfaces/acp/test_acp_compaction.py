@@ -384,3 +384,43 @@ def test_load_replays_the_history_with_the_compact_block_in_place_before_it_answ
             assert first >= len(before)  # after the response, which named the session
 
     asyncio.run(scenario())
+
+
+def test_cancel_during_a_compaction_ends_it_cancelled_with_the_state_back_to_false(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    answering(openai_server)
+
+    async def scenario() -> None:
+        caps = capabilities(compaction=True)
+        setup = make_setup(tmp_path, openai_server)
+        async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
+            sid = await editor.new()
+            await converse(editor, sid)
+            answering(openai_server, hold=gate)
+            mark = len(editor.client.wire)
+            compacting = asyncio.ensure_future(
+                editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+            )
+            while ("state", True) not in compaction_notices(editor, sid):
+                await asyncio.sleep(0.01)
+            await editor.conn.cancel(session_id=sid)
+            result = await asyncio.wait_for(compacting, 10)
+            assert result["status"] == "cancelled"
+            states = [v for k, v in compaction_notices(editor, sid) if k == "state"]
+            assert states == [True, False]
+            updates = [
+                u for u in since(editor, mark, sid) if u["sessionUpdate"] == "compaction_update"
+            ]
+            assert [u["status"] for u in updates] == ["in_progress", "cancelled"]
+            # Nothing was written: the next compaction still has the whole history to work on.
+            gate.set()
+            answering(openai_server)
+            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+            assert result["status"] == "completed"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
