@@ -61,10 +61,17 @@ class Window:
         self.base = [tmux, "-S", str(socket_path)]
 
     def start(self, command: str, cwd: Path) -> None:
-        subprocess.run(
-            [*self.base, "new-session", "-d", "-x", "120", "-y", "40", "-c", str(cwd), command],
-            check=True,
-        )
+        # Right after kill-server the old server may still hold the socket: try again.
+        for _ in range(20):
+            done = subprocess.run(
+                [*self.base, "new-session", "-d", "-x", "120", "-y", "40", "-c", str(cwd), command],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode == 0:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"tmux new-session failed 20 times: {done.stderr.strip()}")
 
     def screen(self) -> str:
         return subprocess.run(
@@ -78,7 +85,7 @@ class Window:
     def key(self, key: str) -> None:
         subprocess.run([*self.base, "send-keys", key], check=True)
 
-    def wait(self, check: object, polls: int = 1_200) -> bool:
+    def wait(self, check: object, polls: int = 3_600) -> bool:
         held = 0
         for _ in range(polls):
             # Twice in a row: a screen between two frames can look idle.
@@ -153,10 +160,13 @@ def main() -> int:
     counts |= {"tracebacks": 0, "traceback_screens": 0, "bad_exits": 0}
     window.start(command(), workspace)
     started = time.monotonic()
+    #: (seconds in, the screen's last lines) before each step: the log of the run.
+    steps: list[tuple[int, str]] = []
     deadline = started + args.minutes * 60
     try:
         window.wait(idle)
         while time.monotonic() < deadline:
+            steps.append((round(time.monotonic() - started), window.screen()[-400:]))
             roll = rng.random()
             if roll < 0.40:
                 window.type(rng.choice(QUESTIONS))
@@ -187,6 +197,7 @@ def main() -> int:
                 window.key("C-d")
                 if not window.wait(lambda s: "cairn exited" in s, polls=120):
                     counts["stuck"] += 1
+                    (root / f"stuck-screen-{counts['stuck']}.txt").write_text(window.screen())
                 screen = window.screen()
                 if "cairn exited 0" not in screen:
                     counts["bad_exits"] += 1
@@ -200,7 +211,9 @@ def main() -> int:
                     counts["refused"] += 1
                     window.key("C-c")
                 if not window.wait(idle):
+                    # Not back after 30 minutes in all: kept for a look.
                     counts["stuck"] += 1
+                    (root / f"stuck-screen-{counts['stuck']}.txt").write_text(window.screen())
                     window.key("Escape")
             screen = window.screen()
             if "Traceback" in screen:
@@ -218,6 +231,9 @@ def main() -> int:
             server.kill()  # llama.cpp's server can outlive a SIGTERM
             server.wait()
     minutes = round((time.monotonic() - started) / 60, 1)
+    (root / "steps.log").write_text(
+        "".join(f"--- {at} s ---\n{screen}\n" for at, screen in steps), encoding="utf-8"
+    )
     errors = stderr.read_text(errors="replace") if stderr.exists() else ""
     counts["tracebacks"] = errors.count("Traceback")  # cairn's own stderr
     sessions = sorted(home.rglob("*.jsonl"))
@@ -245,7 +261,7 @@ def main() -> int:
         print(f"kept for a look: {root} (cairn's stderr: {stderr})", file=sys.stderr)
         print(errors[-4000:], file=sys.stderr)
         return 1
-    shutil.rmtree(root, ignore_errors=True)
+    print(f"the run's screens before each step: {root / 'steps.log'}", file=sys.stderr)
     return 0
 
 
