@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-live test lint bench soak clean tmux
+.PHONY: demo demo-live test lint bench soak clean tmux chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot]'
+	$(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,web]'
 	touch $(STAMP)
 
 # The real model behind a real server for the end-to-end tests: llama.cpp's
@@ -21,7 +21,7 @@ E2E_STAMP := $(VENV)/.installed-e2e
 TEST_MODEL := .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 $(E2E_STAMP): pyproject.toml $(STAMP)
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,e2e]'
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,web,e2e]'
 	touch $(E2E_STAMP)
 
 $(TEST_MODEL): | $(BIN)/python
@@ -46,7 +46,14 @@ tmux:
 	@command -v tmux >/dev/null || { $(SUDO) apt-get update -q && \
 		$(SUDO) apt-get install -y -q --no-install-recommends tmux; }
 
-test: lint tmux $(E2E_STAMP) $(TEST_MODEL)
+# Chromium, from Debian's packages: the browser UI's tests drive the real page in it
+# headless through playwright (tests/surfaces/web/test_web_browser.py), never a
+# browser playwright downloads.
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
+		$(SUDO) apt-get install -y -q --no-install-recommends chromium; }
+
+test: lint tmux chromium $(E2E_STAMP) $(TEST_MODEL)
 	CAIRN_TEST_MODEL=$(abspath $(TEST_MODEL)) $(BIN)/python -m pytest -q
 
 # The reliability campaign at full counts (tests/reliability/, DESIGN's

@@ -210,8 +210,57 @@ def _run_acp(args: argparse.Namespace) -> int:
     )
 
 
+def _add_web(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "web",
+        help="the browser UI on 127.0.0.1: sessions side by side, the compaction hint",
+        description=(
+            "Serve the browser UI for this directory's sessions on 127.0.0.1 and print its "
+            "address, which carries a random token (nothing is served without it). "
+            "Ctrl+C stops it."
+        ),
+    )
+    parser.add_argument("--port", type=int, default=0, help="the port (default: any free one)")
+    parser.add_argument("--open", dest="open_browser", action="store_true", help="open a browser")
+    parser.add_argument("--model", default=argparse.SUPPRESS, help="the model name")
+    parser.add_argument(
+        "--context-window", type=int, metavar="N", default=argparse.SUPPRESS, help="the window"
+    )
+    parser.add_argument(
+        "--max-output-tokens", type=int, metavar="N", default=argparse.SUPPRESS, help="the cap"
+    )
+    parser.add_argument(
+        "--permission-mode",
+        choices=("ask", "accept-edits", "bypass"),
+        default=argparse.SUPPRESS,
+        help="which calls ask first (the page answers): accept-edits by default",
+    )
+    parser.set_defaults(handler=_run_web)
+
+
+def _run_web(args: argparse.Namespace) -> int:
+    from cairn.surfaces.web.run import WebArgs, run_web
+
+    return run_web(
+        WebArgs(
+            port=args.port,
+            open_browser=args.open_browser,
+            model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
+            permission_mode=args.permission_mode,
+            workspace=Path.cwd(),
+        )
+    )
+
+
 #: Every subcommand, in the order ``cairn --help`` lists them.
-COMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_inspect, _add_replay, _add_acp)
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
+    _add_inspect,
+    _add_replay,
+    _add_acp,
+    _add_web,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -127,6 +127,11 @@ class AgentSession:
     def transcript_path(self) -> Path:
         return self._session.pipeline.transcript_path
 
+    @property
+    def running_tasks(self) -> list[str]:
+        """The background tasks still running (``bash`` in the background, ``task``)."""
+        return [t.id for t in self._session.state.tasks.values() if t.status == "running"]
+
     def ui_messages(self) -> list[Message]:
         """Everything a person saw, across every compaction, in order."""
         return self._session.ui_messages()

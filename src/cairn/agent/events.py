@@ -200,6 +200,13 @@ def event_to_wire(event: Event) -> JSONObject:
     return out
 
 
+def message_to_wire(message: Message) -> JSONObject:
+    """A message in the form events carry it (camelCase), for a history sent beside them."""
+    wire = event_to_wire(MessageAdded(message))["message"]
+    assert isinstance(wire, dict)
+    return wire
+
+
 def event_from_wire(data: object) -> Event:
     """The event ``event_to_wire`` encoded; ``EventFormatError`` for anything else."""
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):

@@ -1,0 +1,27 @@
+"""The browser UI: ``cairn web`` — sessions side by side, the inline compaction hint (DESIGN §8).
+
+A starlette app on 127.0.0.1 behind a random token serves a static page
+(plain ES modules in ``static/``, no build step) that talks to the server
+over one WebSocket: each pane of the page is its own session, and the
+sessions' events reach it in their one wire form (``event_to_wire``).
+Needs the ``web`` extra (starlette, uvicorn, websockets).
+"""
+
+from typing import TYPE_CHECKING
+
+from cairn.surfaces.web.hub import Hub, WebSetup
+from cairn.surfaces.web.run import WebArgs, run_web
+
+if TYPE_CHECKING:
+    from cairn.surfaces.web.server import create_app
+
+__all__ = ["Hub", "WebArgs", "WebSetup", "create_app", "run_web"]
+
+
+def __getattr__(name: str) -> object:
+    # create_app needs starlette (the web extra); importing the package must not.
+    if name == "create_app":
+        from cairn.surfaces.web.server import create_app
+
+        return create_app
+    raise AttributeError(name)

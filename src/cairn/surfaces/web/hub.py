@@ -1,0 +1,401 @@
+"""The browser's panes on the server: each pane one session, all of them in parallel.
+
+A page opens one WebSocket; on it, each pane (``p1``, ``p2`` …, named by the
+page) is bound to its own session over its own ``Runtime``, so two panes
+stream, run tools and compact at the same time without sharing a guard. The
+``Hub`` turns what the page sends (``open``, ``prompt``, ``cancel``,
+``answer``, ``close``, ``list``) into ``AgentSession`` calls and the
+sessions' events into frames, through one writer so their order holds.
+
+The guard (seed 004, 压缩期间的会话保护): while a pane's session streams, runs
+tools or a background task, or compacts, it cannot switch to another session
+nor ``/clear``; the page disables the controls, and the server refuses too.
+A session is open in at most one pane at a time, across every page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cairn.agent.agent_session import AgentSession, SessionBusyError, SessionUsage
+from cairn.agent.commands import HELP, parse_command
+from cairn.agent.events import (
+    CompactBlockAdded,
+    Event,
+    MessageAdded,
+    StatusChange,
+    event_to_wire,
+    message_to_wire,
+)
+from cairn.agent.loop import TurnError
+from cairn.agent.session import PERMISSION_DECISIONS, Runtime
+from cairn.agent.settings import Settings
+from cairn.agent.tools.base import PermissionMode
+from cairn.errors import CairnError
+from cairn.messages import JSONObject, JSONValue
+from cairn.provider import ChatProvider, ModelConfig
+from cairn.store import TranscriptLockedError
+
+log = logging.getLogger(__name__)
+
+#: Frames the page may send, and the fields each needs.
+CLIENT_FRAMES = ("list", "open", "prompt", "cancel", "answer", "close")
+
+
+class FrameError(CairnError, ValueError):
+    """A frame from the page that is not one of the protocol's."""
+
+
+@dataclass
+class WebSetup:
+    """What every pane shares: the model, the provider, the workspace."""
+
+    model: ModelConfig
+    provider: ChatProvider
+    workspace: Path
+    #: Cairn's home (transcripts); ``None``: ``CAIRN_HOME`` or ``~/.cairn``.
+    home: Path | None = None
+    permission_mode: PermissionMode = "accept-edits"
+    settings: Settings = field(default_factory=Settings)
+
+    def runtime(self) -> Runtime:
+        return Runtime(
+            self.workspace,
+            self.model,
+            self.provider,
+            settings=self.settings,
+            home=self.home,
+            permission_mode=self.permission_mode,
+            answers_permissions=True,
+        )
+
+
+def usage_json(usage: SessionUsage) -> JSONObject:
+    return {
+        "latestTotalTokens": usage.latest_total_tokens,
+        "window": usage.window,
+        "inputBudget": usage.input_budget,
+        "compactions": usage.compactions,
+        "projectedTokens": usage.projected_tokens,
+    }
+
+
+@dataclass
+class Pane:
+    id: str
+    runtime: Runtime
+    agent: AgentSession
+    #: The prompt or command running in this pane, if any.
+    work: asyncio.Task[None] | None = None
+    #: The guard bit last sent to the page.
+    shown_busy: bool | None = None
+
+    @property
+    def busy(self) -> bool:
+        working = self.work is not None and not self.work.done()
+        return working or self.agent.status != "idle" or bool(self.agent.running_tasks)
+
+
+class OpenSessions:
+    """Which session is open in which pane, across every page of one server.
+
+    One writer per transcript: a session shown in a pane cannot be opened in
+    another (the store's lock would refuse it anyway, less kindly).
+    """
+
+    def __init__(self) -> None:
+        self._owners: dict[str, Pane] = {}
+
+    def held(self, session_id: str) -> bool:
+        return session_id in self._owners
+
+    def claim(self, pane: Pane) -> bool:
+        return self._owners.setdefault(pane.agent.id, pane) is pane
+
+    def release(self, pane: Pane) -> None:
+        if self._owners.get(pane.agent.id) is pane:
+            del self._owners[pane.agent.id]
+
+
+class Hub:
+    """One page's panes, over one WebSocket."""
+
+    def __init__(
+        self,
+        setup: WebSetup,
+        send: Callable[[JSONObject], None],
+        open_sessions: OpenSessions,
+        on_sessions_changed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.setup = setup
+        self._send = send
+        self._open = open_sessions
+        self._sessions_changed = on_sessions_changed
+        self.panes: dict[str, Pane] = {}
+
+    # -- frames from the page ------------------------------------------------------
+
+    async def handle(self, frame: object) -> None:
+        """Act on one frame; a bad one is answered with an ``error`` frame, never raised."""
+        try:
+            await self._dispatch(_frame(frame))
+        except FrameError as exc:
+            self._send({"type": "error", "pane": None, "text": str(exc)})
+
+    async def _dispatch(self, frame: dict[str, JSONValue]) -> None:
+        kind = frame["type"]
+        if kind == "list":
+            self.send_sessions()
+            return
+        pane_id = _text(frame, "pane")
+        if kind == "open":
+            session_id = frame.get("sessionId")
+            if session_id is not None and not isinstance(session_id, str):
+                raise FrameError("open: sessionId must be a string or null")
+            self.open(pane_id, session_id)
+        elif kind == "prompt":
+            self.prompt(pane_id, _text(frame, "text"))
+        elif kind == "cancel":
+            self._pane(pane_id).agent.cancel()
+        elif kind == "answer":
+            decision = _text(frame, "decision")
+            if decision not in PERMISSION_DECISIONS:
+                raise FrameError(f"answer: unknown decision {decision!r}")
+            pane = self._pane(pane_id)
+            if not pane.agent.answer(_text(frame, "permissionId"), decision):
+                self._notice(pane_id, "that permission request had already ended")
+        elif kind == "close":
+            await self.close_pane(pane_id)
+
+    # -- panes -----------------------------------------------------------------------
+
+    def open(self, pane_id: str, session_id: str | None) -> None:
+        """Bind the pane to a new session (``None``) or to a stored one."""
+        pane = self.panes.get(pane_id)
+        if pane is not None and pane.busy:
+            self._refuse(
+                pane_id, f"session {pane.agent.id} is {_doing(pane)}: wait for it or cancel it"
+            )
+            return
+        if pane is not None and session_id == pane.agent.id:
+            self._opened(pane)
+            return
+        if session_id is not None and self._open.held(session_id):
+            self._refuse(pane_id, f"session {session_id} is open in another pane")
+            return
+        runtime = self.setup.runtime()
+        try:
+            agent = (
+                AgentSession.new(runtime)
+                if session_id is None
+                else AgentSession.resume(runtime, session_id)
+            )
+        except (LookupError, TranscriptLockedError) as exc:
+            # Not there, or open for writing elsewhere (a terminal `cairn` on it, say).
+            runtime.close()
+            self._refuse(pane_id, str(exc))
+            return
+        except (CairnError, OSError) as exc:
+            runtime.close()
+            self._send(
+                {"type": "error", "pane": pane_id, "text": f"cannot open the session: {exc}"}
+            )
+            return
+        if pane is not None:
+            self._release(pane)
+        pane = Pane(pane_id, runtime, agent)
+        self._open.claim(pane)
+        self.panes[pane_id] = pane
+        agent.on_event(lambda event: self._on_event(pane, event))
+        self._opened(pane)
+        self._sessions_changed()
+
+    def _opened(self, pane: Pane) -> None:
+        messages = [message_to_wire(m) for m in pane.agent.ui_messages()]
+        self._send(
+            {
+                "type": "opened",
+                "pane": pane.id,
+                "sessionId": pane.agent.id,
+                "messages": list[JSONValue](messages),
+                "usage": usage_json(pane.agent.usage),
+                "status": pane.agent.status,
+                "busy": pane.busy,
+            }
+        )
+        pane.shown_busy = pane.busy
+
+    async def close_pane(self, pane_id: str) -> None:
+        pane = self.panes.pop(pane_id, None)
+        if pane is None:
+            return
+        pane.agent.cancel()
+        if pane.work is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(pane.work), 10)
+        self._release(pane)
+
+    def _release(self, pane: Pane) -> None:
+        self._open.release(pane)
+        pane.runtime.close()
+
+    async def close(self) -> None:
+        for pane_id in list(self.panes):
+            await self.close_pane(pane_id)
+
+    # -- prompts and commands ---------------------------------------------------------
+
+    def prompt(self, pane_id: str, text: str) -> None:
+        pane = self._pane(pane_id)
+        command = parse_command(text)
+        if command is not None and command[0] in ("/compact", "/status", "/help"):
+            # Judged by the runtime: /compact is ignored while a response streams
+            # and skipped while one runs — it says so.
+            self._start(pane, self._command(pane, *command))
+            return
+        if command is not None and command[0] == "/clear":
+            self.clear(pane)
+            return
+        if command is not None:  # /resume
+            self._notice(pane_id, "choose a session in the sidebar to open it in this pane")
+            return
+        if pane.busy:
+            self._refuse(
+                pane_id, f"session {pane.agent.id} is {_doing(pane)}: wait for it or cancel it"
+            )
+            return
+        self._start(pane, self._turn(pane, text))
+
+    def clear(self, pane: Pane) -> None:
+        if pane.busy:
+            self._refuse(pane.id, f"/clear refused: session {pane.agent.id} is {_doing(pane)}")
+            return
+        self.open(pane.id, None)
+
+    def _start(self, pane: Pane, work: object) -> None:
+        assert asyncio.iscoroutine(work)
+        pane.work = asyncio.get_running_loop().create_task(work)
+        pane.work.add_done_callback(lambda _: self._ended(pane))
+        self._state(pane)
+
+    def _ended(self, pane: Pane) -> None:
+        if self.panes.get(pane.id) is pane:
+            self._state(pane)
+            self._sessions_changed()
+
+    async def _turn(self, pane: Pane, text: str) -> None:
+        try:
+            await pane.agent.prompt(text)
+        except SessionBusyError as exc:
+            self._refuse(pane.id, str(exc))
+        except TurnError:
+            pass  # its error event is in the pane already
+        except (CairnError, OSError) as exc:
+            self._send({"type": "error", "pane": pane.id, "text": f"{type(exc).__name__}: {exc}"})
+
+    async def _command(self, pane: Pane, name: str, argument: str) -> None:
+        if name == "/help":
+            self._notice(pane.id, HELP)
+            return
+        try:
+            outcome = await pane.agent.command(f"{name} {argument}".strip())
+        except (CairnError, OSError) as exc:
+            self._send({"type": "error", "pane": pane.id, "text": f"{name}: {exc}"})
+            return
+        if outcome.compaction is not None:
+            return  # the compact block says it
+        if outcome.ok:
+            self._notice(pane.id, outcome.text)
+        else:
+            self._send({"type": "error", "pane": pane.id, "text": outcome.text})
+
+    # -- events ------------------------------------------------------------------------
+
+    def _on_event(self, pane: Pane, event: Event) -> None:
+        if self.panes.get(pane.id) is not pane:
+            return  # a session this pane no longer shows
+        if isinstance(event, MessageAdded) and event.message.meta.hidden:
+            return
+        self._send({"type": "event", "pane": pane.id, "event": event_to_wire(event)})
+        if isinstance(event, StatusChange | CompactBlockAdded):
+            self._state(pane)
+
+    def refresh_guards(self) -> None:
+        """Resend the guard of every pane whose bit changed (a background task ended)."""
+        for pane in list(self.panes.values()):
+            if pane.busy != pane.shown_busy:
+                self._state(pane)
+
+    def _state(self, pane: Pane) -> None:
+        pane.shown_busy = pane.busy
+        self._send(
+            {
+                "type": "state",
+                "pane": pane.id,
+                "status": pane.agent.status,
+                "busy": pane.shown_busy,
+                "usage": usage_json(pane.agent.usage),
+            }
+        )
+
+    # -- the sidebar ---------------------------------------------------------------------
+
+    def send_sessions(self) -> None:
+        runtime = self.setup.runtime()
+        try:
+            listed = runtime.list_sessions()
+        except (CairnError, OSError) as exc:
+            self._send({"type": "error", "pane": None, "text": f"cannot list the sessions: {exc}"})
+            return
+        finally:
+            runtime.close()
+        sessions: list[JSONValue] = [
+            {
+                "id": info.id,
+                "firstPrompt": info.first_prompt,
+                "messages": info.messages,
+                "lastActivity": info.last_activity,
+            }
+            for info in listed
+        ]
+        self._send({"type": "sessions", "sessions": sessions})
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _pane(self, pane_id: str) -> Pane:
+        pane = self.panes.get(pane_id)
+        if pane is None:
+            raise FrameError(f"no pane {pane_id!r}: open a session in it first")
+        return pane
+
+    def _notice(self, pane_id: str, text: str) -> None:
+        self._send({"type": "notice", "pane": pane_id, "text": text})
+
+    def _refuse(self, pane_id: str, text: str) -> None:
+        self._send({"type": "refused", "pane": pane_id, "text": text})
+
+
+def _doing(pane: Pane) -> str:
+    status = pane.agent.status
+    if status != "idle":
+        return status
+    return "running a background task" if pane.agent.running_tasks else "busy"
+
+
+def _frame(frame: object) -> dict[str, JSONValue]:
+    if not isinstance(frame, dict) or frame.get("type") not in CLIENT_FRAMES:
+        kinds = ", ".join(CLIENT_FRAMES)
+        raise FrameError(f"a frame is a JSON object whose type is one of {kinds}")
+    return frame
+
+
+def _text(frame: dict[str, JSONValue], key: str) -> str:
+    value = frame.get(key)
+    if not isinstance(value, str) or not value:
+        raise FrameError(f"{frame['type']}: {key} must be a non-empty string")
+    return value

@@ -1,0 +1,165 @@
+// The page: the token, the one WebSocket, the sidebar of sessions and the panes side
+// by side. The focused pane (the one last clicked) is where the sidebar and New chat act.
+
+import { countLabel, oneLine } from "./labels.js";
+import { element } from "./rows.js";
+import { Connection } from "./ws.js";
+import { Pane } from "./pane.js";
+
+// The token leaves the address bar at once; the socket carries it.
+const token = new URLSearchParams(location.search).get("token") ?? "";
+history.replaceState(null, "", "/");
+
+const sidebar = document.getElementById("sessions");
+const newChat = document.getElementById("new-chat");
+const split = document.getElementById("split");
+const main = document.getElementById("panes");
+const banner = document.getElementById("connection");
+
+const panes = new Map();
+let focused = null;
+let sessions = [];
+let next = 1;
+
+const host = {
+  send: (frame) => connection.send(frame),
+  focus: (pane) => focus(pane),
+  close: (pane) => closePane(pane),
+  guardChanged: () => drawControls(),
+};
+
+function addPane() {
+  const pane = new Pane(`p${next++}`, host);
+  panes.set(pane.id, pane);
+  main.append(pane.el);
+  if (connection.ready) connection.send({ type: "open", pane: pane.id, sessionId: null });
+  focus(pane);
+  drawControls();
+  return pane;
+}
+
+function closePane(pane) {
+  if (panes.size === 1) return;
+  connection.send({ type: "close", pane: pane.id });
+  panes.delete(pane.id);
+  pane.el.remove();
+  if (focused === pane) focus([...panes.values()].at(-1));
+  drawControls();
+  drawSessions();
+}
+
+function focus(pane) {
+  if (focused === pane) return;
+  focused = pane;
+  for (const other of panes.values()) other.setFocused(other === pane);
+  drawControls();
+  drawSessions();
+}
+
+// A session from the sidebar, into the focused pane — unless that pane works (the
+// guard), or the session is open in another pane already (then that pane is focused).
+function openSession(sessionId) {
+  const holder = [...panes.values()].find((pane) => pane.sessionId === sessionId);
+  if (holder !== undefined) {
+    focus(holder);
+    return;
+  }
+  if (focused.working) return;
+  connection.send({ type: "open", pane: focused.id, sessionId });
+}
+
+function drawControls() {
+  newChat.disabled = focused === null || focused.working;
+  for (const pane of panes.values()) pane.closer.hidden = panes.size === 1;
+  sidebar.classList.toggle("locked", focused?.working ?? false);
+}
+
+function drawSessions() {
+  const open = new Map([...panes.values()].map((pane) => [pane.sessionId, pane]));
+  // A session nobody wrote in is listed only while one of these panes shows it.
+  const items = sessions
+    .filter((session) => session.messages > 0 || open.has(session.id))
+    .sort((a, b) => b.lastActivity - a.lastActivity)
+    .map((session) => {
+      const item = element("li");
+      const button = element("button", "session");
+      button.type = "button";
+      button.dataset.session = session.id;
+      button.title = session.firstPrompt || session.id;
+      button.classList.toggle("open", open.has(session.id));
+      button.classList.toggle("current", open.get(session.id) === focused);
+      button.append(
+        element("span", "first-prompt", oneLine(session.firstPrompt, 80) || "(no prompt yet)"),
+        element("span", "count", countLabel(session.messages, "message")),
+      );
+      button.addEventListener("click", () => openSession(session.id));
+      item.append(button);
+      return item;
+    });
+  sidebar.replaceChildren(...items);
+  for (const pane of panes.values()) {
+    const session = sessions.find((s) => s.id === pane.sessionId);
+    pane.setTitle(session ? oneLine(session.firstPrompt, 80) : "");
+  }
+}
+
+function onFrame(frame) {
+  if (frame.type === "sessions") {
+    sessions = frame.sessions;
+    drawSessions();
+    return;
+  }
+  const pane = panes.get(frame.pane) ?? (frame.pane == null ? focused : undefined);
+  if (pane === undefined) return; // a pane this page closed
+  switch (frame.type) {
+    case "opened":
+      pane.opened(frame);
+      drawSessions();
+      break;
+    case "state":
+      pane.state(frame);
+      break;
+    case "event":
+      pane.event(frame.event);
+      break;
+    case "notice":
+      pane.notice(frame.text);
+      break;
+    case "refused":
+      pane.refused(frame.text);
+      break;
+    case "error":
+      pane.error(frame.text);
+      break;
+  }
+}
+
+const scheme = location.protocol === "https:" ? "wss" : "ws";
+const connection = new Connection(
+  `${scheme}://${location.host}/ws?token=${encodeURIComponent(token)}`,
+  {
+    onFrame,
+    // The sessions, and every pane's session (a new one for a new pane; its own again
+    // after a drop).
+    onOpen() {
+      banner.hidden = true;
+      connection.send({ type: "list" });
+      for (const pane of panes.values()) {
+        connection.send({ type: "open", pane: pane.id, sessionId: pane.sessionId });
+      }
+    },
+    onDown() {
+      banner.textContent = "Disconnected from cairn web — reconnecting…";
+      banner.hidden = false;
+    },
+  },
+);
+
+newChat.addEventListener("click", () => {
+  if (focused.working) return;
+  connection.send({ type: "open", pane: focused.id, sessionId: null });
+  focused.prompt.focus();
+});
+split.addEventListener("click", () => addPane().prompt.focus());
+
+addPane().prompt.focus();

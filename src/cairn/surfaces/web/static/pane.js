@@ -1,0 +1,267 @@
+// One pane: a session's whole history (virtualized), the cursor and the compaction
+// hint after it, permission requests, the prompt box and the context meter.
+
+import { meterText } from "./labels.js";
+import { cursor, element, renderRow } from "./rows.js";
+import { compactionHint } from "./tail.js";
+import { Transcript } from "./transcript.js";
+import { VirtualList } from "./virtual-list.js";
+
+const DECISIONS = { allow_once: "Allow once", allow_always: "Allow always", reject: "Reject" };
+const EMPTY_USAGE = { latestTotalTokens: null, window: null, inputBudget: null, compactions: 0 };
+
+export class Pane {
+  // `host`: {send(frame), focus(pane), close(pane), guardChanged(pane)}
+  constructor(id, host) {
+    this.id = id;
+    this.host = host;
+    this.sessionId = null;
+    this.busy = false;
+    this.status = "idle";
+    this.usage = EMPTY_USAGE;
+    this.compacting = false;
+    this.compactionText = "";
+    this.permissions = [];
+    this.transcript = new Transcript();
+    this.build();
+    this.list = new VirtualList(this.scroller, {
+      rows: () => this.transcript.rows,
+      render: renderRow,
+    });
+    this.redraw();
+  }
+
+  build() {
+    this.el = element("section", "pane");
+    this.el.dataset.pane = this.id;
+    const head = element("header", "pane-head");
+    this.title = element("span", "title", "New chat");
+    this.stop = element("button", "stop", "Stop");
+    this.stop.type = "button";
+    this.stop.title = "Stop the response (Esc)";
+    this.stop.addEventListener("click", () => this.cancel());
+    this.closer = element("button", "close", "×");
+    this.closer.type = "button";
+    this.closer.title = "Close this pane";
+    this.closer.addEventListener("click", () => this.host.close(this));
+    head.append(this.title, this.stop, this.closer);
+
+    this.scroller = element("div", "messages");
+    this.tail = element("div", "tail");
+    this.scroller.append(this.tail);
+    this.dialogs = element("div", "permissions");
+
+    const composer = element("div", "composer");
+    this.prompt = element("textarea", "prompt");
+    this.prompt.rows = 2;
+    this.prompt.placeholder = "Ask Cairn, or /help";
+    this.prompt.addEventListener("keydown", (event) => this.keydown(event));
+    this.prompt.addEventListener("input", () => this.note(""));
+    this.noteLine = element("div", "note");
+    this.meter = element("div", "meter");
+    composer.append(this.prompt, this.noteLine, this.meter);
+
+    this.el.append(head, this.scroller, this.dialogs, composer);
+    this.el.addEventListener("pointerdown", () => this.host.focus(this));
+    this.el.addEventListener("focusin", () => this.host.focus(this));
+  }
+
+  get working() {
+    return this.busy || this.status !== "idle";
+  }
+
+  // -- frames from the server ----------------------------------------------------------
+
+  opened(frame) {
+    this.sessionId = frame.sessionId;
+    this.el.dataset.session = frame.sessionId;
+    this.transcript = new Transcript();
+    for (const message of frame.messages) this.transcript.add(message);
+    this.usage = frame.usage ?? EMPTY_USAGE;
+    this.busy = Boolean(frame.busy);
+    this.status = "idle";
+    this.compacting = false;
+    this.compactionText = "";
+    this.permissions = [];
+    this.note("");
+    this.list.reset();
+    this.redraw();
+    this.host.guardChanged(this);
+  }
+
+  state(frame) {
+    this.status = frame.status;
+    this.busy = Boolean(frame.busy);
+    if (frame.usage) this.usage = frame.usage;
+    if (!this.working) {
+      this.transcript.settle();
+      this.permissions = [];
+      this.list.changed();
+    }
+    this.redraw();
+    this.host.guardChanged(this);
+  }
+
+  event(event) {
+    const transcript = this.transcript;
+    switch (event.type) {
+      case "messageAdded":
+        transcript.add(event.message);
+        break;
+      case "messageUpdated":
+        transcript.streamed(event.messageId, event.content ?? "", event.reasoning ?? "");
+        break;
+      case "toolStarted":
+        transcript.toolStarted(event.call);
+        break;
+      case "toolFinished":
+        transcript.toolResult(event.callId, event.result);
+        break;
+      case "compactBlockAdded":
+        transcript.add(event.block);
+        break;
+      case "compactionStateChange":
+        this.compacting = Boolean(event.isCompacting);
+        this.compactionText = "";
+        break;
+      case "compactionContentUpdate":
+        this.compactionText = event.content ?? "";
+        break;
+      case "usage":
+        this.usage = { ...this.usage, ...withoutType(event) };
+        break;
+      case "statusChange":
+        this.status = event.status;
+        break;
+      case "notice":
+        transcript.notice(event.text);
+        break;
+      case "error":
+        transcript.error(event.code ? `${event.message} (${event.code})` : event.message);
+        break;
+      case "permissionRequested":
+        this.permissions.push(event);
+        break;
+      default:
+        return;
+    }
+    this.list.changed();
+    this.redraw();
+  }
+
+  notice(text) {
+    this.transcript.notice(text);
+    this.list.changed();
+  }
+
+  error(text) {
+    this.transcript.error(text);
+    this.list.changed();
+  }
+
+  refused(text) {
+    this.note(text);
+  }
+
+  // -- what the user does ----------------------------------------------------------------
+
+  keydown(event) {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      this.submit();
+    } else if (event.key === "Escape" && this.working) {
+      event.preventDefault();
+      this.cancel();
+    }
+  }
+
+  submit() {
+    const text = this.prompt.value;
+    if (!text.trim()) return;
+    if (text.trim().split(/\s+/)[0] === "/clear" && this.working) {
+      this.note("/clear waits until this session is idle (Esc stops it)");
+      return;
+    }
+    this.host.send({ type: "prompt", pane: this.id, text });
+    this.prompt.value = "";
+    this.note("");
+    this.list.scrollToEnd();
+  }
+
+  cancel() {
+    this.host.send({ type: "cancel", pane: this.id });
+  }
+
+  answer(request, decision) {
+    this.host.send({ type: "answer", pane: this.id, permissionId: request.id, decision });
+    this.permissions = this.permissions.filter((other) => other !== request);
+    this.redraw();
+    this.prompt.focus();
+  }
+
+  // -- drawing ------------------------------------------------------------------------------
+
+  note(text) {
+    this.noteLine.textContent = text;
+  }
+
+  setTitle(text) {
+    this.title.textContent = text || "New chat";
+    this.title.title = this.title.textContent;
+  }
+
+  setFocused(focused) {
+    this.el.classList.toggle("focused", focused);
+  }
+
+  redraw() {
+    this.drawTail();
+    this.drawPermission();
+    this.meter.textContent = meterText(this.usage);
+    this.stop.hidden = !this.working;
+    this.el.classList.toggle("busy", this.busy);
+  }
+
+  // After the list: the cursor while the session works and no response streams (a
+  // streaming response ends with its own), then the hint while it compacts.
+  drawTail() {
+    const parts = [];
+    if (this.working && this.transcript.live === null) parts.push(cursor());
+    if (this.compacting) parts.push(element("span", "compaction-hint", compactionHint(this.compactionText)));
+    const now = Array.from(this.tail.children, (child) => `${child.className}:${child.textContent}`);
+    const wanted = parts.map((part) => `${part.className}:${part.textContent}`);
+    if (now.join("\n") === wanted.join("\n")) return;
+    this.tail.replaceChildren(...parts);
+    this.list.schedule();
+  }
+
+  drawPermission() {
+    const request = this.permissions[0];
+    if (this.shownPermission === request) return;
+    this.shownPermission = request;
+    this.dialogs.replaceChildren();
+    if (request === undefined) return;
+    const dialog = element("div", "permission");
+    dialog.setAttribute("role", "dialog");
+    dialog.dataset.permission = request.id;
+    dialog.append(element("div", "permission-title", `Allow ${request.tool}?`));
+    if (request.summary) dialog.append(element("div", "permission-summary", request.summary));
+    dialog.append(element("pre", "permission-arguments", request.arguments));
+    const buttons = element("div", "permission-buttons");
+    for (const decision of request.options ?? Object.keys(DECISIONS)) {
+      const button = element("button", decision, DECISIONS[decision] ?? decision);
+      button.type = "button";
+      button.dataset.decision = decision;
+      button.addEventListener("click", () => this.answer(request, decision));
+      buttons.append(button);
+    }
+    dialog.append(buttons);
+    this.dialogs.append(dialog);
+    buttons.firstChild?.focus();
+  }
+}
+
+function withoutType(event) {
+  const { type: _type, ...rest } = event;
+  return rest;
+}

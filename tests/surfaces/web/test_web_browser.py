@@ -1,0 +1,545 @@
+"""``cairn web``'s page in a real headless Chromium (seed 004's browser stories): the
+compaction hint and its tail, split panes working in parallel, the guard, a resumed
+history with three compactions, a 10,000-message session, the token, permissions.
+
+The server is the real app under uvicorn, the model the local OpenAI server; a held
+reply (``Reply(hold=..., hold_after=...)``) stops a stream at an exact character, so
+the page can be looked at there. See ``tests/web_browser.py`` for the fixtures.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+from websockets.typing import Origin
+
+from cairn.messages import KIND_COMPACT_SUMMARY, Message, MessageMeta, assistant, user
+from cairn.store import CompactionRecord, JsonlStoreFactory, MessageRecord, SessionRecord
+from cairn.surfaces.tail import stream_tail
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    ToolCallSpec,
+    openai_server_fixture,
+)
+from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+    TOKEN,
+    WebServer,
+    browser_fixture,
+    busy,
+    idle,
+    load,
+    page_fixture,
+    pane,
+    rows,
+    screenshot,
+    sent,
+    session_of,
+    submit,
+    total_rows,
+    wait_js,
+    wait_text,
+    web_fixture,
+)
+
+#: The fork's summary: its first 31 characters have no newline, then come four (one \r\n).
+FORK = (
+    "<summary>## Objective: explain calc.py\n## Files\r\ncalc.py\n## Next\n"
+    "answer the next question\n</summary>"
+)
+ANSWER = "calc.py defines add(), which subtracts where it should add. " * 12
+COMPACT_LABEL = re.compile(r"Conversation compacted · [\d,]+ → [\d,]+ tokens · llm")
+HINT = ".pane[data-pane='{}'] .compaction-hint"
+
+
+def is_fork(body: dict[str, Any]) -> bool:
+    last = body["messages"][-1]
+    return last["role"] == "user" and "TEXT ONLY" in str(last.get("content"))
+
+
+def last_user(body: dict[str, Any]) -> str:
+    return next(
+        (str(m.get("content")) for m in reversed(body["messages"]) if m["role"] == "user"), ""
+    )
+
+
+class Model:
+    """The scripted model: forks get ``FORK`` and answers ``ANSWER`` (or ``answer``'s).
+
+    ``hold_fork`` / ``hold_answer`` (characters, with a gate) stall the next forks or
+    the answers to prompts containing ``slow`` after exactly that many characters.
+    """
+
+    def __init__(self, server: OpenAIServer) -> None:
+        self.answer: Callable[[dict[str, Any]], str] = lambda body: ANSWER
+        self.fork_gate: threading.Event | None = None
+        self.fork_chars = 0
+        self.answer_gate: threading.Event | None = None
+        self.gates: list[threading.Event] = []
+        server.respond_with(self.reply)
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        if is_fork(body):
+            if self.fork_gate is None:
+                return Reply(text=FORK)
+            # One character per chunk: after the role chunk and n chunks, n have streamed.
+            return Reply(
+                text=FORK, delta_chars=1, hold=self.fork_gate, hold_after=self.fork_chars + 1
+            )
+        if self.answer_gate is not None and "slow" in last_user(body):
+            return Reply(text=ANSWER, hold=self.answer_gate, hold_after=6)
+        return Reply(text=self.answer(body))
+
+    def hold_fork(self, chars: int) -> threading.Event:
+        self.fork_gate, self.fork_chars = threading.Event(), chars
+        self.gates.append(self.fork_gate)
+        return self.fork_gate
+
+    def hold_answer(self) -> threading.Event:
+        self.answer_gate = threading.Event()
+        self.gates.append(self.answer_gate)
+        return self.answer_gate
+
+    def release(self) -> None:
+        for gate in self.gates:
+            gate.set()
+        self.fork_gate = self.answer_gate = None
+
+
+@pytest.fixture
+def model(openai_server: OpenAIServer) -> Iterator[Model]:
+    scripted = Model(openai_server)
+    yield scripted
+    scripted.release()
+
+
+def converse(page: Page, pane_id: str, turns: int, prefix: str = "question") -> None:
+    """``turns`` prompts, each waited for until answered and idle."""
+    for n in range(turns):
+        grown(
+            page,
+            pane_id,
+            functools.partial(submit, page, pane_id, f"{prefix} {n} about calc.py"),
+            2,
+        )
+        assert rows(page, pane_id)[-1]["kind"] == "assistant"
+
+
+def compact(page: Page, pane_id: str) -> None:
+    """``/compact`` (unheld), waited for until its block is the last row."""
+    grown(page, pane_id, lambda: submit(page, pane_id, "/compact"), 1)
+    last = rows(page, pane_id)[-1]
+    assert last["kind"] == "compact", last
+
+
+def grown(page: Page, pane_id: str, action: Callable[[], None], by: int) -> None:
+    """Do ``action``, then wait until the pane's list holds ``by`` more rows and it is idle."""
+    wanted = total_rows(page, pane_id) + by
+    action()
+    wait_js(
+        page,
+        "([id, wanted]) => Number(document.querySelector("
+        '`.pane[data-pane="${id}"] .spacer`)?.dataset.rows) >= wanted',
+        [pane_id, wanted],
+        f"{by} more rows in {pane_id}",
+    )
+    idle(page, pane_id)
+
+
+def all_rows(page: Page, pane_id: str) -> list[dict[str, str]]:
+    """Every row, when the pane is small enough that all are rendered (checked)."""
+    shown = rows(page, pane_id)
+    assert len(shown) == total_rows(page, pane_id)
+    return shown
+
+
+def test_the_hint_shows_the_tail_at_0_29_30_31_characters_and_with_newlines(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    load(page, web())
+    hint = HINT.format("p1")
+    cases = [
+        (0, "Compacting conversation…"),
+        (29, "Compacting conversation… <summary>## Objective: explai"),
+        (30, "Compacting conversation… <summary>## Objective: explain"),
+        (31, "Compacting conversation… …summary>## Objective: explain "),
+        (66, "Compacting conversation… …py\\n## Files\\ncalc.py\\n## Next\\na"),
+    ]
+    for chars, expected in cases:
+        assert expected == (
+            f"Compacting conversation… {stream_tail(FORK[:chars])}"
+            if chars
+            else "Compacting conversation…"
+        )
+        converse(page, "p1", 3)
+        gate = model.hold_fork(chars)
+        submit(page, "p1", "/compact")
+        wait_text(page, hint, expected)
+        # The hint comes right after the blinking cursor at the end of the list.
+        assert page.evaluate(
+            "(hint) => document.querySelector(hint).previousElementSibling"
+            "?.classList.contains('cursor')",
+            hint,
+        )
+        if chars == 66:
+            screenshot(page, "compaction-hint.png")
+        grown(page, "p1", gate.set, 1)
+        expect(page.locator(hint)).to_have_count(0)
+        last = rows(page, "p1")[-1]
+        assert last["kind"] == "compact", last
+    assert page.evaluate("window.__notified") == []
+
+
+def test_the_hint_goes_when_compaction_ends_and_the_state_change_adds_no_row(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    load(page, web())
+    meter = pane(page, "p1").locator(".meter")
+    # No response yet: the pipeline's estimate, marked with ~.
+    expect(meter).to_have_text(re.compile(r"^context ~[\d,]+ / 24,576 tokens · 0 compactions$"))
+    converse(page, "p1", 3)
+    expect(meter).to_have_text(re.compile(r"^context [\d,]+ / 24,576 tokens · 0 compactions$"))
+    before = all_rows(page, "p1")
+    gate = model.hold_fork(12)
+    submit(page, "p1", "/compact")
+    wait_text(page, HINT.format("p1"), f"Compacting conversation… {stream_tail(FORK[:12])}")
+    assert all_rows(page, "p1") == before  # the state change inserted nothing
+    gate.set()
+    expect(page.locator(".compaction-hint")).to_have_count(0)
+    idle(page, "p1")
+    after = all_rows(page, "p1")
+    assert after[:-1] == before  # the old rows stay, the block is appended
+    assert after[-1]["kind"] == "compact"
+    assert COMPACT_LABEL.fullmatch(after[-1]["text"])
+    assert [r["kind"] for r in after].count("notice") == 0
+    expect(meter).to_have_text(re.compile(r"^context [\d,]+ / 24,576 tokens · 1 compaction$"))
+    # Expandable to the summary.
+    block = pane(page, "p1").locator(".compact-block")
+    block.locator("summary").click()
+    expect(block.locator(".summary-text")).to_contain_text("Objective")
+    assert page.evaluate("window.__notified") == []
+    # New messages follow the block.
+    converse(page, "p1", 1, prefix="after")
+    assert [r["kind"] for r in all_rows(page, "p1")][-3:] == ["compact", "user", "assistant"]
+
+
+def test_only_the_compacting_pane_shows_the_hint(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    load(page, web())
+    converse(page, "p1", 3)
+    first = session_of(page, "p1")
+    page.locator("#split").click()
+    page.locator('.pane[data-pane="p2"][data-session]').wait_for()
+    assert session_of(page, "p2") != first
+    answer_gate = model.hold_answer()
+    fork_gate = model.hold_fork(40)
+    submit(page, "p2", "answer slowly please")
+    p2_streaming = pane(page, "p2").locator(".row.assistant .cursor")
+    expect(p2_streaming).to_have_count(1)  # p2 streams its answer ...
+    submit(page, "p1", "/compact")  # ... while p1 compacts
+    wait_text(page, HINT.format("p1"), f"Compacting conversation… {stream_tail(FORK[:40])}")
+    expect(pane(page, "p2").locator(".compaction-hint")).to_have_count(0)
+    expect(p2_streaming).to_have_count(1)
+    screenshot(page, "split-panes.png")
+    fork_gate.set()
+    expect(page.locator(".compaction-hint")).to_have_count(0)
+    idle(page, "p1")
+    expect(pane(page, "p2").locator(".compaction-hint")).to_have_count(0)
+    answer_gate.set()
+    idle(page, "p2")
+    expect(pane(page, "p1").locator(".compact-block")).to_have_count(1)
+    expect(pane(page, "p2").locator(".compact-block")).to_have_count(0)
+    expect(pane(page, "p2").locator(".row.assistant")).to_have_text([ANSWER])
+
+
+def test_the_guard_keeps_a_working_pane_on_its_session(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    load(page, web())
+    converse(page, "p1", 1, prefix="the first session")
+    first = session_of(page, "p1")
+    new_chat = page.locator("#new-chat")
+    new_chat.click()
+    wait_js(
+        page,
+        "(first) => { const s = document.querySelector('.pane[data-pane=\"p1\"]')"
+        ".dataset.session; return s && s !== first; }",
+        first,
+        "a new session in p1",
+    )
+    second = session_of(page, "p1")
+    other = page.locator(f'#sessions .session[data-session="{first}"]')
+    expect(other).to_have_count(1)
+
+    def refused_while_working() -> None:
+        expect(new_chat).to_be_disabled()
+        page.evaluate("window.__sent.length = 0")
+        shown = rows(page, "p1")
+        other.click()  # another session, for the working pane: ignored
+        new_chat.click(force=True)  # disabled: does nothing
+        submit(page, "p1", "/clear")  # ignored, with at most a note by the prompt box
+        assert sent(page) == []
+        assert session_of(page, "p1") == second
+        assert rows(page, "p1") == shown  # nothing went into the list
+        expect(pane(page, "p1").locator(".note")).not_to_be_empty()
+        pane(page, "p1").locator("textarea.prompt").fill("")
+
+    # While a response streams.
+    gate = model.hold_answer()
+    submit(page, "p1", "answer slowly please")
+    busy(page, "p1")
+    wait_text(page, ".pane[data-pane='p1'] .row.assistant .text", ANSWER[:20])  # held there
+    refused_while_working()
+    gate.set()
+    idle(page, "p1")
+    expect(new_chat).to_be_enabled()
+
+    # While a compaction runs.
+    converse(page, "p1", 2, prefix="more")
+    gate = model.hold_fork(10)
+    submit(page, "p1", "/compact")
+    wait_text(page, HINT.format("p1"), f"Compacting conversation… {stream_tail(FORK[:10])}")
+    refused_while_working()
+    gate.set()
+    idle(page, "p1")
+
+    # Idle again: both work.
+    expect(new_chat).to_be_enabled()
+    other.click()
+    wait_js(
+        page,
+        "(first) => document.querySelector('.pane[data-pane=\"p1\"]').dataset.session === first",
+        first,
+        "p1 switched to the first session",
+    )
+    expect(pane(page, "p1").locator(".row.user")).to_have_text(
+        ["the first session 0 about calc.py"]
+    )
+    new_chat.click()
+    wait_js(
+        page,
+        "(first) => { const s = document.querySelector('.pane[data-pane=\"p1\"]')"
+        ".dataset.session; return s && s !== first; }",
+        first,
+        "a new session in p1 again",
+    )
+
+
+def test_a_resumed_session_with_three_compact_blocks_renders_in_order(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    model.answer = lambda body: f"answer to {last_user(body)}: {ANSWER}"
+    page.set_viewport_size({"width": 1400, "height": 3200})  # every row rendered, to compare
+    server = web()
+    load(page, server)
+    for round_ in range(3):
+        converse(page, "p1", 3, prefix=f"round {round_} question")
+        compact(page, "p1")
+    converse(page, "p1", 1, prefix="last question")
+    built = all_rows(page, "p1")
+    session_id = session_of(page, "p1")
+    kinds = [r["kind"] for r in built]
+    assert kinds == (["user", "assistant"] * 3 + ["compact"]) * 3 + ["user", "assistant"]
+
+    load(page, server)  # the page again: p1 starts on a new session
+    assert session_of(page, "p1") != session_id
+    listed = page.locator(f'#sessions .session[data-session="{session_id}"]')
+    note = pane(page, "p1").locator(".note")
+    for _ in range(50):  # the old page's pane may hold it a moment longer: refused, again
+        note.evaluate("(n) => { n.textContent = ''; }")
+        listed.click()
+        wait_js(
+            page,
+            """(id) => {
+                 const p = document.querySelector('.pane[data-pane="p1"]');
+                 return p.dataset.session === id || p.querySelector('.note').textContent;
+               }""",
+            session_id,
+            "the session reopened, or refused",
+        )
+        if session_of(page, "p1") == session_id:
+            break
+    resumed = all_rows(page, "p1")
+    assert [(r["kind"], r["text"]) for r in resumed] == [(r["kind"], r["text"]) for r in built]
+    assert [r["key"] for r in resumed if r["kind"] != "compact"] == [
+        r["key"] for r in built if r["kind"] != "compact"
+    ]
+    labels = [r["text"] for r in resumed if r["kind"] == "compact"]
+    assert len(labels) == 3 and all(COMPACT_LABEL.fullmatch(label) for label in labels)
+    meter = pane(page, "p1").locator(".meter")
+    expect(meter).to_contain_text("3 compactions")
+
+
+def test_a_10000_message_session_scrolls(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    server = web()
+    pairs = 5_000
+    stores = JsonlStoreFactory(server.home)
+    # Written straight through the store: a real transcript, as a long past session left it.
+    with stores.create(server.workspace, SessionRecord("long", str(server.workspace))) as store:
+        for n in range(pairs):
+            store.append(MessageRecord(user(f"question {n}")))
+            store.append(MessageRecord(assistant(f"answer {n}")))
+            if n == pairs // 2:
+                block = Message(
+                    "user",
+                    "Summary of the first half.",
+                    meta=MessageMeta(
+                        kind=KIND_COMPACT_SUMMARY,
+                        extra={"pre_tokens": 40_000, "post_tokens": 900, "strategy": "llm"},
+                    ),
+                )
+                store.save_compaction(
+                    CompactionRecord("auto", "llm", 40_000, 900, "the first half", (block,))
+                )
+    load(page, server)
+    page.locator('#sessions .session[data-session="long"]').click()
+    page.locator('.pane[data-pane="p1"][data-session="long"]').wait_for()
+    assert total_rows(page, "p1") == 2 * pairs + 1
+    scroller = pane(page, "p1").locator(".messages")
+    dom_rows = pane(page, "p1").locator(".row")
+
+    def row(text: str) -> Any:
+        return pane(page, "p1").locator(".row", has_text=re.compile(f"^{text}$"))
+
+    def scroll_to(where: str) -> None:
+        scroller.evaluate(f"(s) => {{ s.scrollTop = {where}; }}")
+
+    # It opens at the end: the last message in view, a few rows in the DOM.
+    expect(row("answer 4999")).to_be_in_viewport()
+    assert dom_rows.count() < 200
+    scroll_to("0")
+    expect(row("question 0")).to_be_in_viewport()
+    assert dom_rows.count() < 200
+    for share in (0.25, 0.5, 0.75):
+        scroll_to(f"s.scrollHeight * {share}")
+        wait_js(
+            page,
+            "() => { const s = document.querySelector('.pane[data-pane=\"p1\"] .messages');"
+            " return [...s.querySelectorAll('.row')].some((r) => {"
+            " const a = r.getBoundingClientRect(), b = s.getBoundingClientRect();"
+            " return a.bottom > b.top && a.top < b.bottom; }); }",
+            what=f"rows in view at {share:.0%}",
+        )
+        # The rendered rows, in order: one run of indices, each row below the one before.
+        placed = page.evaluate(
+            """async () => {
+                 await new Promise((done) => requestAnimationFrame(() => done()));
+                 const list = document.querySelector('.pane[data-pane="p1"] .messages');
+                 return [...list.querySelectorAll('.row')]
+                   .map((r) => [Number(r.dataset.index), r.getBoundingClientRect().top,
+                                r.getBoundingClientRect().bottom])
+                   .sort((a, b) => a[0] - b[0]);
+               }"""
+        )
+        indices = [index for index, _, _ in placed]
+        assert 0 < len(indices) < 200
+        assert indices == list(range(indices[0], indices[0] + len(indices)))
+        assert all(b[1] >= a[2] - 0.5 for a, b in itertools.pairwise(placed))  # no overlap
+    scroll_to("s.scrollHeight")
+    expect(row("answer 4999")).to_be_in_viewport()
+    assert dom_rows.count() < 200
+
+
+def test_without_the_token_the_page_is_not_served_and_the_socket_is_refused(
+    web: Callable[..., WebServer], page: Page
+) -> None:
+    server = web()
+    for path in ("/", "/?token=wrong", "/static/app.js"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(server.origin + path, timeout=10)
+        assert refused.value.code == 403
+    response = page.goto(server.origin + "/")
+    assert response is not None and response.status == 403
+    socket = f"ws://127.0.0.1:{server.port}/ws"
+    for uri, origin in ((socket, server.origin), (f"{socket}?token=wrong", server.origin)):
+        with pytest.raises(InvalidStatus) as ws_refused:
+            connect(uri, origin=Origin(origin), open_timeout=10)
+        assert ws_refused.value.response.status_code == 403
+    # With the token (and this server's Origin) it opens; the page drops it from the URL.
+    with connect(f"{socket}?token={TOKEN}", origin=Origin(server.origin), open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "list"}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "sessions"
+    load(page, server)
+    assert page.url == server.origin + "/"
+
+
+def test_a_permission_dialog_appears_and_its_answer_reaches_the_tool(
+    web: Callable[..., WebServer], page: Page, openai_server: OpenAIServer
+) -> None:
+    arguments = json.dumps({"path": "notes.txt", "content": "written from the page\n"})
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(text="Wrote notes.txt.")
+        return Reply(tool_calls=[ToolCallSpec("write_file", arguments)])
+
+    openai_server.respond_with(reply)
+    server = web(permission_mode="ask")
+    load(page, server)
+    submit(page, "p1", "write a note")
+    dialog = pane(page, "p1").locator(".permission")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("write_file")
+    expect(dialog).to_contain_text("notes.txt")
+    expect(dialog.locator("button")).to_have_count(3)
+    assert not (server.workspace / "notes.txt").exists()  # it waits for the answer
+    request_id = dialog.get_attribute("data-permission")
+    dialog.locator('button[data-decision="allow_once"]').click()
+    expect(dialog).to_have_count(0)
+    expect(pane(page, "p1").locator(".row.assistant")).to_have_text(["Wrote notes.txt."])
+    idle(page, "p1")
+    assert (server.workspace / "notes.txt").read_text() == "written from the page\n"
+    answers = [f for f in sent(page) if f["type"] == "answer"]
+    assert answers == [
+        {"type": "answer", "pane": "p1", "permissionId": request_id, "decision": "allow_once"}
+    ]
+    tool = pane(page, "p1").locator(".row.tool details.tool")
+    expect(tool.locator("summary")).to_contain_text("write_file")
+    tool.locator("summary").click()
+    expect(tool.locator(".tool-result")).not_to_be_empty()
+
+
+def test_stream_tail_in_the_page_matches_the_python_rule(
+    web: Callable[..., WebServer], page: Page
+) -> None:
+    load(page, web())
+    texts = [
+        "",
+        "a",
+        "x" * 29,
+        "x" * 30,
+        "y" * 31,
+        "line one\nline two\r\nline three, and then more text",
+        "\n" * 40,
+        "a\r\n" * 15,
+        "b" * 29 + "\r\n",
+        "emoji 🙂 " * 6,
+        "🙂" * 31,
+    ]
+    shown = page.evaluate(
+        "async (texts) => { const tail = await import('/static/tail.js');"
+        " return texts.map((t) => [tail.streamTail(t), tail.compactionHint(t)]); }",
+        texts,
+    )
+    assert shown == [
+        [
+            stream_tail(t),
+            f"Compacting conversation… {stream_tail(t)}" if t else "Compacting conversation…",
+        ]
+        for t in texts
+    ]

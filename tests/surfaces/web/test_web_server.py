@@ -1,0 +1,303 @@
+"""``cairn web``'s server alone, without a browser (starlette's test client against the
+local OpenAI server): the token and the Origin, and the WebSocket protocol — panes,
+prompts, commands, events, the guard."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from cairn.agent.settings import Settings
+from cairn.agent.tools.base import PermissionMode
+from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.surfaces.web import WebSetup, create_app
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    ToolCallSpec,
+    openai_server_fixture,
+)
+
+TOKEN = "test-token-123"
+ORIGIN = {"origin": "http://testserver"}
+SUMMARY = "<summary>\n## Objective and constraints\nExplain calc.py.\n</summary>"
+ANSWER = "calc.py defines add(), which subtracts where it should add. " * 30
+
+
+def is_fork(body: dict[str, Any]) -> bool:
+    last = body["messages"][-1]
+    return last["role"] == "user" and "TEXT ONLY" in str(last.get("content"))
+
+
+def answering(server: OpenAIServer, *, hold: threading.Event | None = None) -> None:
+    server.respond_with(
+        lambda body: (
+            Reply(text=SUMMARY, hold=hold, hold_after=4 if hold else None)
+            if is_fork(body)
+            else Reply(text=ANSWER)
+        )
+    )
+
+
+def make_client(
+    tmp_path: Path, server: OpenAIServer, mode: PermissionMode = "bypass"
+) -> TestClient:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    model = ModelConfig(model="test-model", base_url=server.base_url, context_window=32_768)
+    setup = WebSetup(
+        model,
+        OpenAIProvider(model),
+        workspace,
+        home=tmp_path / "home",
+        permission_mode=mode,
+        settings=Settings(),
+    )
+    return TestClient(create_app(setup, TOKEN))
+
+
+class Page:
+    """One WebSocket, as the page uses it: send frames, read until a frame matches."""
+
+    def __init__(self, socket: Any) -> None:
+        self.socket = socket
+        self.seen: list[dict[str, Any]] = []
+
+    def send(self, **frame: Any) -> None:
+        self.socket.send_text(json.dumps(frame))
+
+    def until(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        for _ in range(5_000):
+            frame: dict[str, Any] = json.loads(self.socket.receive_text())
+            self.seen.append(frame)
+            if match(frame):
+                return frame
+            if frame["type"] == "error":  # a frame that fails the test, not one to wait past
+                raise AssertionError(f"the server answered an error: {frame}")
+        raise AssertionError("the frame never came")
+
+    def event(self, pane: str, kind: str) -> dict[str, Any]:
+        frame = self.until(
+            lambda f: f["type"] == "event" and f["pane"] == pane and f["event"]["type"] == kind
+        )
+        event: dict[str, Any] = frame["event"]
+        return event
+
+    def idle(self, pane: str) -> dict[str, Any]:
+        return self.until(lambda f: f["type"] == "state" and f["pane"] == pane and not f["busy"])
+
+    def open(self, pane: str, session_id: str | None = None) -> dict[str, Any]:
+        self.send(type="open", pane=pane, sessionId=session_id)
+        return self.until(lambda f: f["type"] in ("opened", "refused") and f["pane"] == pane)
+
+    def ask(self, pane: str, text: str) -> None:
+        self.send(type="prompt", pane=pane, text=text)
+        self.until(lambda f: f["type"] == "state" and f["pane"] == pane and f["busy"])
+        self.idle(pane)
+
+
+@contextmanager
+def page(client: TestClient) -> Iterator[Page]:
+    with client.websocket_connect(f"/ws?token={TOKEN}", headers=ORIGIN) as socket:
+        yield Page(socket)
+
+
+def test_nothing_is_served_without_the_token(tmp_path: Path, openai_server: OpenAIServer) -> None:
+    with make_client(tmp_path, openai_server) as client:
+        for url in ("/", "/?token=wrong", "/static/app.js", "/ws"):
+            response = client.get(url)
+            assert response.status_code == 403, url
+            assert "carries the token" in response.text
+        response = client.get(f"/?token={TOKEN}")
+        assert response.status_code == 200
+        assert response.headers["referrer-policy"] == "no-referrer"
+        cookie = response.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        # The page's own files load with the cookie the first load set.
+        assert client.get("/static/app.js").status_code == 200
+
+
+def test_the_websocket_needs_the_token_and_this_servers_origin(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    with make_client(tmp_path, openai_server) as client:
+        refused = [
+            ("/ws", ORIGIN),
+            ("/ws?token=wrong", ORIGIN),
+            (f"/ws?token={TOKEN}", {}),
+            (f"/ws?token={TOKEN}", {"origin": "http://evil.example"}),
+        ]
+        for url, headers in refused:
+            with (
+                pytest.raises(WebSocketDisconnect) as closed,
+                client.websocket_connect(url, headers=headers),
+            ):
+                pass
+            assert closed.value.code == 4403, (url, headers)
+        with page(client) as p:
+            p.send(type="list")
+            assert p.until(lambda f: f["type"] == "sessions")["sessions"] == []
+
+
+def test_a_pane_opens_a_session_streams_a_prompt_and_lists_it(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.script(Reply(text="calc.py subtracts."))
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        opened = p.open("p1")
+        assert opened["type"] == "opened" and opened["messages"] == []
+        assert opened["usage"]["window"] == 32_768
+        p.send(type="prompt", pane="p1", text="What does calc.py do?")
+        updated = p.event("p1", "messageUpdated")
+        assert "calc.py subtracts.".startswith(updated["content"])
+        added = p.until(
+            lambda f: (
+                f["type"] == "event"
+                and f["event"]["type"] == "messageAdded"
+                and f["event"]["message"]["role"] == "assistant"
+            )
+        )
+        assert added["event"]["message"]["content"] == "calc.py subtracts."
+        p.idle("p1")
+        sessions = p.until(lambda f: f["type"] == "sessions" and f["sessions"])["sessions"]
+        assert sessions[0]["id"] == opened["sessionId"]
+        assert sessions[0]["firstPrompt"] == "What does calc.py do?"
+
+
+def test_compact_sends_the_state_the_content_and_the_block_to_that_pane_only(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        p.open("left")
+        p.open("right")
+        for n in range(3):
+            p.ask("left", f"question {n}")
+        p.ask("right", "one question")
+        p.seen.clear()
+        p.send(type="prompt", pane="left", text="/compact keep the questions")
+        block = p.event("left", "compactBlockAdded")["block"]
+        assert block["meta"]["kind"] == "compact_summary"
+        p.event("left", "compactionStateChange")
+        p.idle("left")
+        kinds = [
+            (f["pane"], f["event"]["type"])
+            for f in p.seen
+            if f["type"] == "event" and f["event"]["type"].startswith("compact")
+        ]
+        assert kinds[0] == ("left", "compactionStateChange")
+        assert kinds[-1] == ("left", "compactionStateChange")
+        assert ("left", "compactionContentUpdate") in kinds
+        assert all(pane == "left" for pane, _ in kinds)
+        # No notice for a compaction that happened: its block says it.
+        assert not [f for f in p.seen if f["type"] == "notice"]
+    fork = next(b for b in openai_server.bodies if is_fork(b))
+    assert "keep the questions" in str(fork["messages"][-1]["content"])
+
+
+def test_the_guard_refuses_a_switch_a_clear_and_a_prompt_while_the_pane_compacts(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    answering(openai_server)
+    try:
+        with make_client(tmp_path, openai_server) as client, page(client) as p:
+            first = p.open("p1")["sessionId"]
+            for n in range(3):
+                p.ask("p1", f"question {n}")
+            other = p.open("p2")["sessionId"]
+            p.send(type="close", pane="p2")
+            answering(openai_server, hold=gate)
+            p.send(type="prompt", pane="p1", text="/compact")
+            p.until(lambda f: f["type"] == "state" and f["pane"] == "p1" and f["busy"])
+            assert p.open("p1", other)["type"] == "refused"
+            p.send(type="prompt", pane="p1", text="/clear")
+            assert "/clear refused" in p.until(lambda f: f["type"] == "refused")["text"]
+            p.send(type="prompt", pane="p1", text="a prompt now")
+            assert "compacting" in p.until(lambda f: f["type"] == "refused")["text"]
+            p.send(type="prompt", pane="p1", text="/compact")
+            skipped = p.until(lambda f: f["type"] == "notice")["text"]
+            assert "already running" in skipped
+            gate.set()
+            p.idle("p1")
+            # The guard is lifted: the pane switches.
+            opened = p.open("p1", other)
+            assert opened["type"] == "opened" and opened["sessionId"] == other
+            assert first != other
+    finally:
+        gate.set()
+    assert sum(is_fork(b) for b in openai_server.bodies) == 1
+
+
+def test_a_session_is_open_in_one_pane_at_a_time(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    with make_client(tmp_path, openai_server) as client, page(client) as p, page(client) as tab:
+        sid = p.open("p1")["sessionId"]
+        p.ask("p1", "hello")
+        refused = p.open("p2", sid)
+        assert refused["type"] == "refused" and "another pane" in refused["text"]
+        assert tab.open("x", sid)["type"] == "refused"  # another page, too
+        p.send(type="close", pane="p1")
+        assert p.open("p2", sid)["type"] == "opened"
+
+
+def test_a_resumed_session_opens_with_its_whole_history(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+    with make_client(tmp_path, openai_server) as client:
+        with page(client) as p:
+            sid = p.open("p1")["sessionId"]
+            for n in range(3):
+                p.ask("p1", f"question {n}")
+            p.ask("p1", "/compact")
+            p.ask("p1", "after")
+        with page(client) as p:
+            history = p.open("p1", sid)["messages"]
+    kinds = [(m["role"], m.get("meta", {}).get("kind", "chat")) for m in history]
+    assert kinds.count(("user", "compact_summary")) == 1
+    users = [m["content"] for m in history if m["role"] == "user" and "meta" not in m]
+    assert users == ["question 0", "question 1", "question 2", "after"]
+    block_at = kinds.index(("user", "compact_summary"))
+    assert [m["content"] for m in history[block_at + 1 :] if m["role"] == "user"] == ["after"]
+
+
+def test_a_permission_request_is_answered_by_the_page(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    arguments = json.dumps({"path": "a.txt", "content": "A"})
+    openai_server.script(
+        Reply(tool_calls=[ToolCallSpec("write_file", arguments)]), Reply(text="ok")
+    )
+    with make_client(tmp_path, openai_server, mode="ask") as client, page(client) as p:
+        p.open("p1")
+        p.send(type="prompt", pane="p1", text="write a.txt")
+        request = p.event("p1", "permissionRequested")
+        assert request["tool"] == "write_file" and "a.txt" in request["summary"]
+        p.send(type="answer", pane="p1", permissionId=request["id"], decision="allow_once")
+        p.idle("p1")
+    assert (tmp_path / "ws" / "a.txt").read_text() == "A"
+
+
+def test_bad_frames_are_one_line_errors_and_the_socket_stays_open(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        p.socket.send_text("not json")
+        assert p.until(lambda f: f["type"] == "error")["text"] == "a frame is JSON"
+        for frame in ({"type": "dance"}, {"type": "prompt", "pane": "p9", "text": "hi"}):
+            p.send(**frame)
+            error = p.until(lambda f: f["type"] == "error")["text"]
+            assert "\n" not in error and error
+        p.send(type="open", pane="p1", sessionId="no-such-session")
+        assert "no session" in p.until(lambda f: f["type"] == "refused")["text"]
+        assert p.open("p1")["type"] == "opened"
