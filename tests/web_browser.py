@@ -102,7 +102,7 @@ def web_fixture(tmp_path: Path, openai_server: OpenAIServer) -> Iterator[Callabl
             host="127.0.0.1",
             port=0,
             log_level="warning",
-            ws="websockets",
+            ws="websockets-sansio",
             timeout_graceful_shutdown=5,
         )
         server = uvicorn.Server(config)

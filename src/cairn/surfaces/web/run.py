@@ -78,7 +78,7 @@ def run_web(args: WebArgs) -> int:
                 host="127.0.0.1",
                 port=args.port,
                 log_level="warning",
-                ws="websockets",
+                ws="websockets-sansio",
             )
             server = uvicorn.Server(config)
             starting = asyncio.create_task(server.serve())
