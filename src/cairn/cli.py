@@ -169,17 +169,11 @@ def _run_terminal(args: argparse.Namespace) -> int:
     )
 
 
-def _add_acp(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "acp",
-        help="serve the Agent Client Protocol on stdio (Zed, JetBrains, any ACP client)",
-        description=(
-            "Run Cairn as an editor's agent: JSON-RPC on stdin and stdout, logs on stderr. "
-            "The editor spawns it; each session's cwd is its workspace. The model comes "
-            "from the settings, CAIRN_MODEL / OPENAI_BASE_URL / OPENAI_API_KEY and the flags."
-        ),
-    )
-    # SUPPRESS: given after ``acp`` they win, else the ones given before it stand.
+def _add_model_flags(parser: argparse.ArgumentParser, permission_help: str) -> None:
+    """The model and permission flags, also after a subcommand (``cairn acp --model M``).
+
+    SUPPRESS: given after the subcommand they win, else the ones given before it stand.
+    """
     parser.add_argument("--model", default=argparse.SUPPRESS, help="the model name")
     parser.add_argument(
         "--context-window", type=int, metavar="N", default=argparse.SUPPRESS, help="the window"
@@ -191,8 +185,21 @@ def _add_acp(subparsers: Subparsers) -> None:
         "--permission-mode",
         choices=("ask", "accept-edits", "bypass"),
         default=argparse.SUPPRESS,
-        help="the mode sessions start in (the editor can switch it): accept-edits by default",
+        help=f"{permission_help}: accept-edits by default",
     )
+
+
+def _add_acp(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "acp",
+        help="serve the Agent Client Protocol on stdio (Zed, JetBrains, any ACP client)",
+        description=(
+            "Run Cairn as an editor's agent: JSON-RPC on stdin and stdout, logs on stderr. "
+            "The editor spawns it; each session's cwd is its workspace. The model comes "
+            "from the settings, CAIRN_MODEL / OPENAI_BASE_URL / OPENAI_API_KEY and the flags."
+        ),
+    )
+    _add_model_flags(parser, "the mode sessions start in (the editor can switch it)")
     parser.set_defaults(handler=_run_acp)
 
 
@@ -222,19 +229,7 @@ def _add_web(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--port", type=int, default=0, help="the port (default: any free one)")
     parser.add_argument("--open", dest="open_browser", action="store_true", help="open a browser")
-    parser.add_argument("--model", default=argparse.SUPPRESS, help="the model name")
-    parser.add_argument(
-        "--context-window", type=int, metavar="N", default=argparse.SUPPRESS, help="the window"
-    )
-    parser.add_argument(
-        "--max-output-tokens", type=int, metavar="N", default=argparse.SUPPRESS, help="the cap"
-    )
-    parser.add_argument(
-        "--permission-mode",
-        choices=("ask", "accept-edits", "bypass"),
-        default=argparse.SUPPRESS,
-        help="which calls ask first (the page answers): accept-edits by default",
-    )
+    _add_model_flags(parser, "which calls ask first (the page answers)")
     parser.set_defaults(handler=_run_web)
 
 

@@ -29,6 +29,7 @@ from cairn.agent.loop import TurnError, run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
+from cairn.errors import CairnError
 from cairn.messages import JSONValue
 from cairn.provider import (
     ModelConfig,
@@ -70,15 +71,14 @@ def run_print(args: PrintArgs) -> int:
     if args.max_turns < 1:
         return _fail(f"cairn -p: --max-turns must be at least 1, got {args.max_turns}", EXIT_USAGE)
     try:
-        settings = load_settings(args.workspace)
-        model = resolve_cli_model(settings, args)
-    except (SettingsError, ModelConfigError) as exc:
-        return _fail(f"cairn -p: {exc}", EXIT_USAGE)
-    if model is None:
-        return _fail(
-            f"cairn -p: {NO_MODEL}",
-            EXIT_USAGE,
+        settings, model = load_cli_model(
+            args.workspace,
+            model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
         )
+    except SetupError as exc:
+        return _fail(f"cairn -p: {exc}", EXIT_USAGE)
     return asyncio.run(_run(args, prompt, settings_model=model, settings=settings))
 
 
@@ -156,6 +156,36 @@ NO_MODEL = (
     "no model configured: set CAIRN_MODEL (and OPENAI_BASE_URL, OPENAI_API_KEY), "
     'or a "model" entry in settings.json'
 )
+
+
+class SetupError(CairnError, ValueError):
+    """The settings or the flags give no usable model: one line for stderr."""
+
+
+def load_cli_model(
+    workspace: Path,
+    *,
+    model: str | None = None,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+) -> tuple[Settings, ModelConfig]:
+    """The settings and the model, resolved the same way by every command."""
+    try:
+        settings = load_settings(workspace)
+        resolved = resolve_cli_model(
+            settings,
+            PrintArgs(
+                prompt=None,
+                model=model,
+                context_window=context_window,
+                max_output_tokens=max_output_tokens,
+            ),
+        )
+    except (SettingsError, ModelConfigError) as exc:
+        raise SetupError(str(exc)) from exc
+    if resolved is None:
+        raise SetupError(NO_MODEL)
+    return settings, resolved
 
 
 def resolve_cli_model(settings: Settings, args: PrintArgs) -> ModelConfig | None:

@@ -25,12 +25,11 @@ from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
 from acp.interfaces import Agent
 from acp.stdio import stdio_streams
 
-from cairn.agent.settings import SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
-from cairn.provider import ModelConfig, ModelConfigError, OpenAIProvider
+from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.acp.channel import Channel
 from cairn.surfaces.acp.server import AgentSetup, CairnAgent
-from cairn.surfaces.print_mode import EXIT_USAGE, NO_MODEL, PrintArgs, resolve_cli_model
+from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
 
 
 @dataclass(frozen=True)
@@ -47,21 +46,14 @@ def run_acp(args: AcpArgs) -> int:
         stream=sys.stderr, level=logging.WARNING, format="cairn acp: %(levelname)s %(message)s"
     )
     try:
-        settings = load_settings(args.workspace)
-        model = resolve_cli_model(
-            settings,
-            PrintArgs(
-                prompt=None,
-                model=args.model,
-                context_window=args.context_window,
-                max_output_tokens=args.max_output_tokens,
-            ),
+        _, model = load_cli_model(
+            args.workspace,
+            model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
         )
-    except (SettingsError, ModelConfigError) as exc:
+    except SetupError as exc:
         print(f"cairn acp: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if model is None:
-        print(f"cairn acp: {NO_MODEL}", file=sys.stderr)
         return EXIT_USAGE
     _protect_stdout()
     asyncio.run(_serve_stdio(model, args.permission_mode))

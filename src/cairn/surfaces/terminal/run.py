@@ -17,17 +17,16 @@ from pathlib import Path
 
 from cairn.agent.agent_session import AgentSession
 from cairn.agent.session import Runtime
-from cairn.agent.settings import Settings, SettingsError, load_settings
+from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
-from cairn.provider import ModelConfig, ModelConfigError, OpenAIProvider
+from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import StoreError
 from cairn.surfaces.print_mode import (
     EXIT_FAILED,
     EXIT_USAGE,
-    NO_MODEL,
-    PrintArgs,
+    SetupError,
+    load_cli_model,
     one_line,
-    resolve_cli_model,
 )
 from cairn.surfaces.terminal.app import CairnApp
 from cairn.surfaces.terminal.driver import driver_class
@@ -48,20 +47,14 @@ class TerminalArgs:
 
 def run_terminal(args: TerminalArgs) -> int:
     try:
-        settings = load_settings(args.workspace)
-        model = resolve_cli_model(
-            settings,
-            PrintArgs(
-                prompt=None,
-                model=args.model,
-                context_window=args.context_window,
-                max_output_tokens=args.max_output_tokens,
-            ),
+        settings, model = load_cli_model(
+            args.workspace,
+            model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
         )
-    except (SettingsError, ModelConfigError) as exc:
+    except SetupError as exc:
         return _fail(f"cairn: {exc}", EXIT_USAGE)
-    if model is None:
-        return _fail(f"cairn: {NO_MODEL}", EXIT_USAGE)
     return asyncio.run(_run(args, model, settings))
 
 

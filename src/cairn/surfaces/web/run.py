@@ -13,10 +13,9 @@ import webbrowser
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn.agent.settings import SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
-from cairn.provider import ModelConfigError, OpenAIProvider
-from cairn.surfaces.print_mode import EXIT_USAGE, NO_MODEL, PrintArgs, resolve_cli_model
+from cairn.provider import OpenAIProvider
+from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
 
 #: What ``pip install`` adds for the browser UI.
 MISSING = "cairn web needs the web extra: pip install 'cairn[web]' ({})"
@@ -46,21 +45,14 @@ def run_web(args: WebArgs) -> int:
         print(f"cairn web: --port {args.port} is not a port (0-65535)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        settings = load_settings(args.workspace)
-        model = resolve_cli_model(
-            settings,
-            PrintArgs(
-                prompt=None,
-                model=args.model,
-                context_window=args.context_window,
-                max_output_tokens=args.max_output_tokens,
-            ),
+        settings, model = load_cli_model(
+            args.workspace,
+            model=args.model,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
         )
-    except (SettingsError, ModelConfigError) as exc:
+    except SetupError as exc:
         print(f"cairn web: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if model is None:
-        print(f"cairn web: {NO_MODEL}", file=sys.stderr)
         return EXIT_USAGE
     token = new_token()
 
