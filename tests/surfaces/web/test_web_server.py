@@ -119,6 +119,7 @@ def test_nothing_is_served_without_the_token(tmp_path: Path, openai_server: Open
         response = client.get(f"/?token={TOKEN}")
         assert response.status_code == 200
         assert response.headers["referrer-policy"] == "no-referrer"
+        assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
         cookie = response.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
         # The page's own files load with the cookie the first load set.

@@ -39,7 +39,15 @@ COOKIE = "cairn_token"
 GUARD_POLL_S = 1.0
 FORBIDDEN = "forbidden: open the address `cairn web` printed (it carries the token)\n"
 
+#: The page runs only its own files and talks only to this server; no frame may hold it.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self' ws://127.0.0.1:* ws://localhost:*; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+
 SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"referrer-policy", b"no-referrer"),
     (b"x-content-type-options", b"nosniff"),
     (b"cache-control", b"no-store"),
