@@ -302,3 +302,31 @@ def test_bad_frames_are_one_line_errors_and_the_socket_stays_open(
         p.send(type="open", pane="p1", sessionId="no-such-session")
         assert "no session" in p.until(lambda f: f["type"] == "refused")["text"]
         assert p.open("p1")["type"] == "opened"
+
+
+def test_the_guard_holds_while_a_background_task_runs_and_lifts_when_it_ends(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    arguments = json.dumps({"command": "sleep 5", "run_in_background": True})
+    openai_server.script(Reply(tool_calls=[ToolCallSpec("bash", arguments)]), Reply(text="started"))
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        other = p.open("p2")["sessionId"]
+        p.send(type="close", pane="p2")
+        p.open("p1")
+        p.send(type="prompt", pane="p1", text="start the build in the background")
+        p.until(
+            lambda f: (
+                f["type"] == "event"
+                and f["event"]["type"] == "messageAdded"
+                and f["event"]["message"].get("content") == "started"
+            )
+        )
+        ended = p.until(
+            lambda f: f["type"] == "state" and f["pane"] == "p1" and f["status"] == "idle"
+        )
+        assert ended["busy"]  # the turn is over, the task is not
+        assert p.open("p1", other)["type"] == "refused"
+        p.send(type="prompt", pane="p1", text="/clear")
+        assert "running a background task" in p.until(lambda f: f["type"] == "refused")["text"]
+        p.idle("p1")  # the poll sees the task end
+        assert p.open("p1", other)["type"] == "opened"
