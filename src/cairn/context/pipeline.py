@@ -39,16 +39,11 @@ from cairn.context.hooks import (
     NoHooks,
     session_start_reminder,
 )
+from cairn.context.index import ContextIndex
 from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, nothing_to_compact
 from cairn.context.restoration_source import RestorationSource
 from cairn.context.restore import build_restoration
-from cairn.context.snip import (
-    apply_edits,
-    micro_compact_edits,
-    snip_edits,
-    snip_target,
-    snip_worth_it,
-)
+from cairn.context.snip import snip_target, snip_worth_it
 from cairn.context.summarizer import (
     FallbackSummarizer,
     Summarizer,
@@ -235,6 +230,12 @@ class ContextPipeline:
         self._artifacts_dir = artifacts_dir
         self._count = message_counter(config.tokenizer)
         self._tracker = ContextTokenTracker(config, model, self._count)
+        #: Counts, tool turns and snip candidates of the API view, so that a check
+        #: costs what changed since the last one, not the history's length. It
+        #: follows appends by itself; edits and compactions are told (below).
+        self._index = ContextIndex(
+            lambda: self._store.api_view.messages, self._count, self._effects
+        )
         self._revision = 0
         #: The fixed context of the last checked request (what the next response answers).
         self._fixed: FixedContext | None = None
@@ -418,7 +419,12 @@ class ContextPipeline:
         self._store.close()
 
     def project(self, fixed: FixedContext) -> TokenSnapshot:
-        return self._tracker.project(self.messages, self.fixed_tokens(fixed), self._revision)
+        return self._tracker.project(
+            self.messages,
+            self.fixed_tokens(fixed),
+            self._revision,
+            tokens_from=self._index.tokens_from,
+        )
 
     def fixed_tokens(self, fixed: FixedContext) -> int:
         """The fixed context's size: as the provider measured it, else the estimate."""
@@ -443,14 +449,18 @@ class ContextPipeline:
         fixed_tokens = self.fixed_tokens(fixed)
         self._fixed, self._fixed_tokens = fixed, fixed_tokens
         messages = self.messages
-        before = self._tracker.project(messages, fixed_tokens, self._revision)
+        index = self._index
+        before = self._tracker.project(
+            messages, fixed_tokens, self._revision, tokens_from=index.tokens_from
+        )
         warnings: list[str] = []
 
-        edits = micro_compact_edits(messages) if self._idle() else []
-        view = apply_edits(messages, edits)
+        # The planned edits are not applied to a copy of the history: the index
+        # answers as the rules would on the edited view.
+        edits = index.micro_compact_edits() if self._idle() else []
         tokens = before.tokens
         if tokens is not None:
-            tokens -= _saved(messages, view, self._count)
+            tokens -= index.tokens_saved(edits)
         snapshot = (
             self._tracker.snapshot(tokens, before.source, before.estimated)
             if tokens is not None
@@ -466,11 +476,8 @@ class ContextPipeline:
         ):
             budget = snapshot.input_budget
             line = handoff_line(budget, self.config.handoff_ratio)
-            more, saved = snip_edits(
-                view,
-                excess=snapshot.tokens - snip_target(budget, line),
-                effects=self._effects,
-                count=self._count,
+            more, saved = index.snip_edits(
+                excess=snapshot.tokens - snip_target(budget, line), after=edits
             )
             if snip_worth_it(saved, snapshot.tokens, line, self._would_call_model()):
                 spare = None
@@ -478,7 +485,6 @@ class ContextPipeline:
                 spare = (more, saved)  # taken only if no compaction can run
                 more, saved = [], 0
             edits += more
-            view = apply_edits(view, more)
             # What snip saved may have been counted by the provider: the
             # estimated share is kept as it was (the cautious side).
             snapshot = self._tracker.snapshot(
@@ -508,7 +514,6 @@ class ContextPipeline:
         if spare is not None and spare[0]:
             # No compaction ran: the snip held back for the cache is the next best thing.
             edits += spare[0]
-            view = apply_edits(view, spare[0])
             snapshot = self._tracker.snapshot(
                 (snapshot.tokens or 0) - spare[1], before.source, before.estimated
             )
@@ -905,6 +910,8 @@ class ContextPipeline:
         except (CheckpointError, TranscriptWriteError) as exc:
             raise CheckpointFailedError(f"compaction checkpoint not saved: {exc}") from exc
         self._tracker.invalidate()
+        # The view is now the replacement: rebuilt from it (a short list) on the next use.
+        self._index.reset()
         self._revision += 1
         self._compacted_since_response = True
         return record
@@ -914,6 +921,9 @@ class ContextPipeline:
             self._store.append(ContextEditRecord(tuple(edits)))
         except TranscriptWriteError as exc:
             raise CheckpointFailedError(f"context edits not saved: {exc}") from exc
+        finally:
+            # Applied or not, the index re-reads the messages named.
+            self._index.edited(edits)
         # The baseline counted the old contents: re-estimate until the next response.
         self._revision += 1
 
@@ -981,10 +991,6 @@ def _prompt_tokens(usage: Usage) -> int:
 def _join_instructions(*parts: str | None) -> str | None:
     texts = [p.strip() for p in parts if p and p.strip()]
     return "\n\n".join(texts) if texts else None
-
-
-def _saved(old: Sequence[Message], new: Sequence[Message], count: Callable[[Message], int]) -> int:
-    return sum(count(a) - count(b) for a, b in zip(old, new, strict=True) if a is not b)
 
 
 def _last_response_time(records: Sequence[Record]) -> float | None:

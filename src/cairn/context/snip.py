@@ -42,15 +42,26 @@ def tool_turns(messages: Sequence[Message]) -> list[Round]:
     return [r for r in group_rounds(messages) if r.complete and messages[r.start].tool_calls]
 
 
-def _turn_edits(messages: Sequence[Message], turn: Round, reason: str) -> list[ContentEdit]:
+def elidable(message: Message) -> bool:
+    """Whether an edit could still replace this result with a stub (text, not a stub yet)."""
+    return not is_elided(message) and isinstance(message.content, str | None)
+
+
+def turn_edits(messages: Sequence[Message], turn: Round, reason: str) -> list[ContentEdit]:
+    """The edits that elide every result of ``turn`` not elided yet, in order."""
     calls = {c.id: c for c in messages[turn.start].tool_calls}
     edits = []
     for result in messages[turn.start + 1 : turn.end]:
-        if is_elided(result) or not isinstance(result.content, str | None):
+        if not elidable(result):
             continue
         stub = stub_for(calls.get(result.tool_call_id or ""), result)
         edits.append(ContentEdit(result.id, stub, reason))
     return edits
+
+
+def elision_gain(message: Message, stub: str, count: Callable[[Message], int]) -> int:
+    """Tokens saved by replacing ``message``'s content with ``stub`` (≤ 0 for a tiny result)."""
+    return count(message) - count(message.with_content(stub))
 
 
 def micro_compact_edits(
@@ -63,7 +74,7 @@ def micro_compact_edits(
     """
     turns = tool_turns(messages)
     old = turns[: max(len(turns) - keep_turns, 0)]
-    return [edit for turn in old for edit in _turn_edits(messages, turn, "micro_compact")]
+    return [edit for turn in old for edit in turn_edits(messages, turn, "micro_compact")]
 
 
 def snip_edits(
@@ -92,9 +103,8 @@ def snip_edits(
     saved = 0
     by_id = {m.id: m for turn in candidates for m in messages[turn.start : turn.end]}
     for _, turn in ordered:
-        for edit in _turn_edits(messages, turn, "snip"):
-            before = by_id[edit.message_id]
-            gain = count(before) - count(before.with_content(edit.content))
+        for edit in turn_edits(messages, turn, "snip"):
+            gain = elision_gain(by_id[edit.message_id], edit.content, count)
             if gain <= 0:
                 continue
             edits.append(edit)
@@ -137,3 +147,13 @@ def apply_edits(messages: Iterable[Message], edits: Sequence[ContentEdit]) -> li
         return list(messages)
     contents = {e.message_id: e.content for e in edits}
     return [m.with_content(contents[m.id]) if m.id in contents else m for m in messages]
+
+
+def tokens_saved(
+    messages: Sequence[Message], edits: Sequence[ContentEdit], count: Callable[[Message], int]
+) -> int:
+    """How many tokens ``messages`` lose when ``edits`` are applied (what a projection drops)."""
+    if not edits:
+        return 0
+    view = apply_edits(messages, edits)
+    return sum(count(a) - count(b) for a, b in zip(messages, view, strict=True) if a is not b)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Literal, TypeAlias
 
 import orjson
@@ -133,10 +133,21 @@ class ContextTokenTracker:
         self.baseline = None
 
     def project(
-        self, messages: Sequence[Message], fixed_tokens: int, revision: int
+        self,
+        messages: Sequence[Message],
+        fixed_tokens: int,
+        revision: int,
+        *,
+        tokens_from: Callable[[int], int] | None = None,
     ) -> TokenSnapshot:
+        """The next request's size. ``tokens_from(i)`` is Σ count(m) over ``messages[i:]``.
+
+        The pipeline passes its index's cached counts; without it the
+        messages are counted here.
+        """
         if self.model.context_window is None:
             return TokenSnapshot(None, "unknown", None, "unknown")
+        counted = tokens_from or partial(_tokens_from, messages, self.count)
         base = self.baseline
         if (
             base is not None
@@ -144,10 +155,10 @@ class ContextTokenTracker:
             and base.anchor_index < len(messages)
             and messages[base.anchor_index].id == base.anchor_id
         ):
-            appended = sum(self.count(m) for m in messages[base.anchor_index + 1 :])
+            appended = counted(base.anchor_index + 1)
             growth = 0 if base.fixed_tokens is None else max(0, fixed_tokens - base.fixed_tokens)
             return self.snapshot(base.tokens + appended + growth, "anchored", appended + growth)
-        estimated = sum(self.count(m) for m in messages)
+        estimated = counted(0)
         return self.snapshot(fixed_tokens + estimated, "estimate", estimated)
 
     def snapshot(self, tokens: int, source: Source, estimated: int = 0) -> TokenSnapshot:
@@ -156,3 +167,7 @@ class ContextTokenTracker:
             return TokenSnapshot(tokens, "unknown", None, "unknown", estimated)
         phase = phase_for(tokens, budget, self.config.handoff_ratio, self.config.compact_ratio)
         return TokenSnapshot(tokens, source, budget, phase, estimated)
+
+
+def _tokens_from(messages: Sequence[Message], count: Counter, start: int) -> int:
+    return sum(count(m) for m in (messages[start:] if start else messages))
