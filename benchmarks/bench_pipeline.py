@@ -26,6 +26,34 @@ Run from the repository root::
    200,000: ``plan_fallback`` against ``orjson.dumps`` of the already converted
    dicts, side by side in the same run → ``fallback_ms``, ``dumps_ms`` and
    ``fallback_over_dumps`` (reported, no target).
+3. The whole check before a request, ``ContextPipeline.check_and_compact``, at
+   256, 1,024, 4,096, 16,384 and 65,536 messages, each history added through
+   a real pipeline (JSONL store in a temporary directory, a frozen clock). The
+   check never awaits in these cases, so it is driven without an event loop;
+   each figure is the median of single calls, the sizes interleaved (a batch
+   of each in turn, ``--repeat`` times) so that a noisy neighbour hits all
+   alike:
+
+   * ``check_us`` — nothing to compact: the request of 1. (history, the last
+     response, 2 results and a user message after it) in a window twice its
+     size, checked again and again;
+   * ``check_snip_us`` — the snip phase reached, nothing new to elide: a
+     history whose old tool results earlier snips already elided (the stubs
+     ``snip.stub_for`` writes), the last 3 tool turns whole, a pasted spec of
+     ~64k tokens at its start; the last response sits at 81 % of the input
+     budget, over the compaction line, and comes right after a compaction,
+     so the anti-loop floor holds the next one back;
+   * ``check_snip_round_us`` — the same, one new tool round (a response with
+     usage and one call, its ~4 KB result; untimed) before each timed check:
+     the round that leaves the retained window is elided (``edits == 1``),
+     the check's ``context_edit`` record written. ``ROUND_SAMPLES`` checks
+     per size, as the floor's 10 % of regrowth allows (the pasted spec makes
+     it room enough at 256 messages).
+
+   ``check_flatness_65536_over_256``, ``check_snip_flatness_65536_over_256``
+   and ``check_snip_round_flatness_65536_over_256`` — each median at 65,536
+   messages over the one at 256: ≈ 1 when a check costs what changed, not
+   the history's length (target ≤ 2).
 
 Writes ``benchmarks/results/pipeline.json`` and prints a table. Targets are
 reported as PASS or MISS; the script never fails on them (these machines are
@@ -35,14 +63,18 @@ noisy).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import itertools
+import math
 import platform
 import random
+import statistics
 import sys
+import tempfile
 import time
 import timeit
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -54,10 +86,12 @@ from rich.console import Console
 from rich.table import Table
 
 from _content import ASSISTANT, CODE, GREP, LOG, TOOLS, text_lines, tool_arguments, user_prompt
+from cairn.context import CheckResult, ContextPipeline
 from cairn.context.budget import input_budget
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffects
 from cairn.context.fallback import FallbackPlan, plan_fallback
+from cairn.context.snip import stub_for
 from cairn.context.tracker import ContextTokenTracker, FixedContext
 from cairn.messages import Message, MessageMeta, ToolCall, Usage, message_to_dict, new_id
 from cairn.provider import ModelConfig
@@ -80,6 +114,19 @@ TOOL_EFFECTS: ToolEffects = {
     "edit_file": "write",
 }
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "pipeline.json"
+CHECK_SIZES: tuple[int, ...] = (256, 1_024, 4_096, 16_384, 65_536)
+#: Single checks timed per size and repeat (the median of all of them is kept).
+CHECK_CALLS = 200
+#: Checks with one new tool round each, per size (the anti-loop floor bounds them).
+ROUND_SAMPLES = 48
+#: The snip scenario's last response, as a share of the input budget (line: 80 %).
+SNIP_LOAD = 0.81
+#: The spec pasted at the start of the snip scenario's history, in characters.
+PASTE_CHARS = 256_000
+#: The output cap of the check scenarios: the input budget is the window minus it.
+CHECK_OUTPUT = 8_192
+#: The check scenarios' clock: frozen, so that no idle gap triggers a micro compact.
+NOW = 1_800_000_000.0
 
 # ---------------------------------------------------------------------------
 # Realistic content
@@ -326,6 +373,175 @@ def measure_fallback(repeat: int) -> dict[str, Any]:
     }
 
 
+def _drive(coro: Coroutine[Any, Any, CheckResult]) -> CheckResult:
+    """Run a check that has nothing to wait for; fail if it awaits (it would compact)."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        result: CheckResult = stop.value
+        return result
+    coro.close()
+    raise RuntimeError("the check awaited: the scenario was meant to have nothing to compact")
+
+
+def _open(home: Path, session: str, window: int) -> ContextPipeline:
+    return ContextPipeline.open(
+        home / "ws",
+        CompactionConfig(),
+        model=ModelConfig(model="bench", context_window=window, max_output_tokens=CHECK_OUTPUT),
+        session_id=session,
+        home=home / "home",
+        tool_effects=TOOL_EFFECTS,
+        clock=lambda: NOW,
+    )
+
+
+def _window(budget: int) -> int:
+    """The window whose input budget is ``budget`` (the output cap is ``CHECK_OUTPUT``)."""
+    return max(budget + CHECK_OUTPUT, 2 * CHECK_OUTPUT)
+
+
+def quiet_pipeline(n: int, fixed: FixedContext, home: Path) -> ContextPipeline:
+    """The request of ``build_request(n)`` in a window twice its size: nothing to compact."""
+    messages, _ = build_request(n, fixed.tokens)
+    size = fixed.tokens + sum(estimate_message_tokens(m) for m in messages)
+    pipeline = _open(home, f"quiet{n}", _window(2 * size))
+    for message in messages:
+        pipeline.add(message)
+    return pipeline
+
+
+def _without_usage(message: Message) -> Message:
+    return replace(message, meta=replace(message.meta, usage=None))
+
+
+def _elided(messages: Sequence[Message]) -> list[Message]:
+    """The history as earlier snips left it: every tool result a stub, no usage."""
+    calls = {c.id: c for m in messages for c in m.tool_calls}
+    return [
+        m.with_content(stub_for(calls.get(m.tool_call_id or ""), m))
+        if m.role == "tool"
+        else _without_usage(m)
+        for m in messages
+    ]
+
+
+def _tool_round(tail: Generator, usage: Usage | None = None) -> list[Message]:
+    call = ToolCall(new_id("call"), "read_file", '{"path": "src/app/loader.py"}')
+    response = tail.assistant((call,))
+    response = replace(response, meta=MessageMeta(usage=usage))
+    return [response, tail.result(call)]
+
+
+def snip_pipeline(n: int, fixed: FixedContext, home: Path) -> ContextPipeline:
+    """About ``n`` messages over the compaction line, held back by the anti-loop floor.
+
+    Built in two sessions of the same file: a first one compacts a short
+    prelude (manual ``/compact``, the fallback) and adds the elided history;
+    reopened with the window that puts the context at ``SNIP_LOAD``, it gets
+    the response whose prompt tokens, the first after that compaction, are
+    over the line — the floor.
+    """
+    session = f"snip{n}"
+    first = _open(home, session, 1 << 40)
+    rng, numbers = random.Random(SEED), itertools.count(1)
+    for step in range(6):
+        # Enough for the fallback to have something to drop (it keeps up to 5k tokens).
+        first.add(Message(role="user", content=f"step {step}: read the loader and explain it"))
+        first.add(Message(role="assistant", content=text_lines(rng, CODE, 10_000, numbers)))
+    outcome = asyncio.run(first.compact(fixed))
+    assert outcome is not None and outcome.post_tokens < outcome.pre_tokens, outcome
+    paste = text_lines(rng, LOG + CODE, PASTE_CHARS, numbers)
+    first.add(Message(role="user", content=f"Here is the spec and the failing log:\n{paste}"))
+    for message in _elided(Generator(SEED + n, result_bytes=(1_000, 6_000)).rounds(n - 16)):
+        first.add(message)
+    tail = Generator(SEED - 2, result_bytes=(4_000, 4_000))
+    for _ in range(3):  # the retained window: whole
+        for message in _tool_round(tail):
+            first.add(message)
+    prompt = first.project(fixed).tokens or 0
+    first.close()
+
+    response = Message(role="assistant", content="The three reads agree: the loader is at fault.")
+    completion = estimate_message_tokens(response)
+    budget = math.ceil((prompt + completion) / SNIP_LOAD)
+    usage = Usage(prompt, completion, prompt + completion)
+    pipeline = _open(home, session, _window(budget))
+    pipeline.add(replace(response, meta=MessageMeta(usage=usage)))
+    return pipeline
+
+
+def _next_round(pipeline: ContextPipeline, fixed: FixedContext, tail: Generator) -> None:
+    """The provider answers with one call (its usage: the projection), then its result."""
+    prompt = pipeline.project(fixed).tokens or 0
+    response, result = _tool_round(tail, Usage(prompt, 60, prompt + 60))
+    pipeline.add(response)
+    pipeline.add(result)
+
+
+def _timed_check(pipeline: ContextPipeline, fixed: FixedContext) -> tuple[float, CheckResult]:
+    start = time.perf_counter()
+    result = _drive(pipeline.check_and_compact(fixed))
+    return time.perf_counter() - start, result
+
+
+def measure_checks(repeat: int, fixed: FixedContext) -> dict[str, Any]:
+    quiet: dict[int, list[float]] = {n: [] for n in CHECK_SIZES}
+    snip: dict[int, list[float]] = {n: [] for n in CHECK_SIZES}
+    rounds: dict[int, list[float]] = {n: [] for n in CHECK_SIZES}
+    lengths: dict[str, dict[str, int]] = {"quiet": {}, "snip": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        quiet_p = {n: quiet_pipeline(n, fixed, home) for n in CHECK_SIZES}
+        snip_p = {n: snip_pipeline(n, fixed, home) for n in CHECK_SIZES}
+        for n in CHECK_SIZES:
+            # The first check indexes the history; the timed ones find it indexed.
+            first = _drive(quiet_p[n].check_and_compact(fixed))
+            assert first.before.phase == "below_handoff" and first.edits == 0, first
+            first = _drive(snip_p[n].check_and_compact(fixed))
+            assert first.before.phase == "compaction_due" and first.before.source == "anchored"
+            assert first.compaction is None and first.edits == 0 and first.warnings, first
+            lengths["quiet"][str(n)] = len(quiet_p[n].messages)
+            lengths["snip"][str(n)] = len(snip_p[n].messages)
+        gc.collect()
+        for _ in range(repeat):
+            for n in CHECK_SIZES:
+                for _ in range(CHECK_CALLS):
+                    quiet[n].append(_timed_check(quiet_p[n], fixed)[0])
+                for _ in range(CHECK_CALLS):
+                    snip[n].append(_timed_check(snip_p[n], fixed)[0])
+        tails = {n: Generator(SEED - 3, result_bytes=(4_000, 4_000)) for n in CHECK_SIZES}
+        for _ in range(ROUND_SAMPLES):
+            for n in CHECK_SIZES:
+                _next_round(snip_p[n], fixed, tails[n])
+                elapsed, result = _timed_check(snip_p[n], fixed)
+                assert result.compaction is None and result.edits == 1, result
+                rounds[n].append(elapsed)
+        for pipeline in (*quiet_p.values(), *snip_p.values()):
+            pipeline.close()
+
+    def medians(samples: dict[int, list[float]]) -> dict[str, float]:
+        return {str(n): round(statistics.median(s) * 1e6, 2) for n, s in samples.items()}
+
+    def flatness(samples: dict[int, list[float]]) -> float:
+        low, high = min(CHECK_SIZES), max(CHECK_SIZES)
+        return round(statistics.median(samples[high]) / statistics.median(samples[low]), 3)
+
+    return {
+        "check_sizes": list(CHECK_SIZES),
+        "check_messages": lengths["quiet"],
+        "check_snip_messages": lengths["snip"],
+        "check_calls": CHECK_CALLS * repeat,
+        "check_round_samples": ROUND_SAMPLES,
+        "check_us": medians(quiet),
+        "check_snip_us": medians(snip),
+        "check_snip_round_us": medians(rounds),
+        "check_flatness_65536_over_256": flatness(quiet),
+        "check_snip_flatness_65536_over_256": flatness(snip),
+        "check_snip_round_flatness_65536_over_256": flatness(rounds),
+    }
+
+
 # ---------------------------------------------------------------------------
 # Report
 
@@ -375,6 +591,32 @@ def print_report(result: dict[str, Any], console: Console) -> None:
     )
     console.print(summary)
 
+    checks = Table(title="check_and_compact, median µs")
+    for column in ("history", "nothing to compact", "snip: nothing new", "snip: one new round"):
+        checks.add_column(column, justify="right")
+    for key in result["check_us"]:
+        checks.add_row(
+            f"{int(key):,} msgs",
+            f"{result['check_us'][key]:,.1f}",
+            f"{result['check_snip_us'][key]:,.1f}",
+            f"{result['check_snip_round_us'][key]:,.1f}",
+        )
+    console.print(checks)
+    flat = Table(title="check_and_compact, 65,536 ÷ 256 messages")
+    flat.add_column("measure")
+    flat.add_column("value", justify="right")
+    for label, key in (
+        ("nothing to compact", "check_flatness_65536_over_256"),
+        ("snip phase, nothing new to elide", "check_snip_flatness_65536_over_256"),
+        ("snip phase, one new round elided", "check_snip_round_flatness_65536_over_256"),
+    ):
+        value = result[key]
+        flat.add_row(
+            f"{label} (target ≤ {FLATNESS_TARGET:.0f})",
+            f"{value:.3f} {_verdict(value <= FLATNESS_TARGET)}",
+        )
+    console.print(flat)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -389,6 +631,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     projection = measure_projection(repeat, fixed.tokens)
     console.print("generating a ~16 MiB history for the fallback …")
     fallback = measure_fallback(repeat)
+    console.print("building the check scenarios (up to 65,536 messages each) …")
+    checks = measure_checks(repeat, fixed)
+    check_verdicts = {
+        f"{key.removesuffix('_65536_over_256')}_verdict": (
+            "PASS" if checks[key] <= FLATNESS_TARGET else "MISS"
+        )
+        for key in (
+            "check_flatness_65536_over_256",
+            "check_snip_flatness_65536_over_256",
+            "check_snip_round_flatness_65536_over_256",
+        )
+    }
     ratio = projection["ratio_full_over_anchored_4096"]
     flat = projection["flatness_4096_over_256"]
     result: dict[str, Any] = {
@@ -401,6 +655,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "appended_messages": APPENDED,
         "fixed_tokens": fixed.tokens,
         **fallback,
+        **checks,
+        **check_verdicts,
         "repeat": repeat,
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
