@@ -76,6 +76,7 @@ class CheckedIndex(ContextIndex):
         super().__init__(source, count, EFFECTS)
         self.source = source
         self.count = count
+        #: How many answers were compared so far.
         self.answers = 0
 
     def tokens_from(self, start: int) -> int:
@@ -259,11 +260,16 @@ def run_step(p: ContextPipeline, session: Session, action: object, n: int) -> Co
             else:
                 p.add(assistant("ok", usage=usage))
         case Check():
+            index = p._index
+            assert isinstance(index, CheckedIndex)
+            answers = index.answers
             try:
                 result = asyncio.run(p.check_and_compact(FIXED))
             except RequestTooLargeError:
                 event("refused")
             else:
+                # The check asked the index under test (and each answer was compared).
+                assert index.answers > answers
                 if result.compaction is not None:
                     event("auto compaction")
                 elif result.edits:
