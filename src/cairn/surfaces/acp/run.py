@@ -64,12 +64,7 @@ def _protect_stdout() -> None:
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     # stdio_streams writes to sys.stdout: hand it the duplicate, and keep prints on stderr.
-    sys.stdout = protocol
-    _PROTOCOL_OUT.append(protocol)
-
-
-#: The protocol's stdout, kept open for the process's life.
-_PROTOCOL_OUT: list[object] = []
+    sys.stdout = protocol  # the write pipe transport keeps it open from here on
 
 
 async def _serve_stdio(model: ModelConfig, permission_mode: PermissionMode) -> None:

@@ -137,13 +137,9 @@ def prompt_text(blocks: list[PromptBlock]) -> str:
             parts.append(block.text)
         elif isinstance(block, ResourceContentBlock):
             parts.append(f"[{block.name}]({block.uri})")
-        elif isinstance(
-            block.resource if isinstance(block, EmbeddedResourceContentBlock) else None,
-            TextResourceContents,
+        elif isinstance(block, EmbeddedResourceContentBlock) and isinstance(
+            resource := block.resource, TextResourceContents
         ):
-            assert isinstance(block, EmbeddedResourceContentBlock)
-            resource = block.resource
-            assert isinstance(resource, TextResourceContents)
             parts.append(f"\n\n{resource.uri}:\n```\n{resource.text}\n```\n")
         else:
             parts.append(f"\n[{block.type} attachment: Cairn's editor agent reads text only]\n")

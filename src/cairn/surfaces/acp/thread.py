@@ -61,6 +61,7 @@ from cairn.store import StoreError
 from cairn.surfaces.acp import updates
 from cairn.surfaces.acp.channel import Channel
 from cairn.surfaces.labels import compact_label
+from cairn.surfaces.tail import stream_tail
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ class Thread:
             if content.startswith(live.streamed) and len(content) > len(live.streamed):
                 self.send(updates.compaction_summary_chunk(live.id, content[len(live.streamed) :]))
         else:
-            self.send(updates.compaction_tool_progress(live.id, updates.compaction_tail(content)))
+            self.send(updates.compaction_tool_progress(live.id, stream_tail(content)))
         live.streamed = content
 
     # -- permissions -------------------------------------------------------------
@@ -299,9 +300,12 @@ class Thread:
             status="pending",
         )
         options = [
-            PermissionOption(option_id=option, name=name, kind=kind)
+            PermissionOption(
+                option_id=option,
+                name=_PERMISSION_NAMES[option][0],
+                kind=_PERMISSION_NAMES[option][1],
+            )
             for option in PERMISSION_OPTIONS
-            for name, kind in [_PERMISSION_NAMES[option]]
         ]
         decision: PermissionDecision = "reject"
         try:
@@ -338,9 +342,6 @@ class Thread:
         command = parse_command(text)
         if command is not None:
             return await self._command(*command)
-        if text.strip().startswith("/resume"):
-            self.say("An earlier session opens from the editor's thread history (session/load).")
-            return "end_turn"
         if self._prompting:
             raise RequestError(-32600, f"session {self.acp_id} is already running a prompt")
         self._prompting, self._cancelled, self._finish = True, False, None

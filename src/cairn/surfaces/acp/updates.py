@@ -42,7 +42,6 @@ from pydantic import BaseModel
 
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, JSONObject, Message, ToolCall
 from cairn.surfaces.labels import compact_label
-from cairn.surfaces.tail import stream_tail
 
 #: A tool result's text in a ``tool_call_update`` is cut to this many characters.
 RESULT_CHARS = 4_000
@@ -314,11 +313,6 @@ def compaction_tool_progress(
             content=[ContentToolCallContent(type="content", content=_text(text))] if text else None,
         )
     )
-
-
-def compaction_tail(streamed: str) -> str:
-    """The tool call's content while the fork streams: the same 30-character tail as every hint."""
-    return stream_tail(streamed)
 
 
 # -- replay (session/load) ---------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,6 @@ from cairn.agent.commands import HELP, parse_command
 from cairn.agent.events import (
     CompactBlockAdded,
     Event,
-    MessageAdded,
     StatusChange,
     event_to_wire,
     message_to_wire,
@@ -277,8 +276,7 @@ class Hub:
             return
         self.open(pane.id, None)
 
-    def _start(self, pane: Pane, work: object) -> None:
-        assert asyncio.iscoroutine(work)
+    def _start(self, pane: Pane, work: Coroutine[object, object, None]) -> None:
         pane.work = asyncio.get_running_loop().create_task(work)
         pane.work.add_done_callback(lambda _: self._ended(pane))
         self._state(pane)
@@ -319,8 +317,6 @@ class Hub:
     def _on_event(self, pane: Pane, event: Event) -> None:
         if self.panes.get(pane.id) is not pane:
             return  # a session this pane no longer shows
-        if isinstance(event, MessageAdded) and event.message.meta.hidden:
-            return
         self._send({"type": "event", "pane": pane.id, "event": event_to_wire(event)})
         if isinstance(event, StatusChange | CompactBlockAdded):
             self._state(pane)
