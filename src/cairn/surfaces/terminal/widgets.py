@@ -173,7 +173,10 @@ class MessageList(VerticalScroll):
                 existing.redraw(entry)
             following = existing
         if at_end:
-            self.scroll_end(animate=False)
+            # After the refresh: the new entries' heights are known only then, and a
+            # scroll made before it stops short of the end (so the next sync would
+            # no longer follow, and a compact block could stay below the screen).
+            self.call_after_refresh(self.scroll_end, animate=False)
 
 
 class PromptInput(TextArea):
