@@ -22,6 +22,7 @@ from cairn.agent.loop import DEFAULT_MAX_TURNS, TurnResult, run_turn
 from cairn.agent.session import PermissionDecision, Runtime, Session, SessionInfo
 from cairn.errors import CairnError
 from cairn.messages import Message
+from cairn.store import UiPage
 
 
 class SessionBusyError(CairnError, RuntimeError):
@@ -135,6 +136,14 @@ class AgentSession:
     def ui_messages(self) -> list[Message]:
         """Everything a person saw, across every compaction, in order."""
         return self._session.ui_messages()
+
+    def ui_page(self, before: int | None = None, limit: int | None = None) -> UiPage:
+        """A page of what a person saw: the ``limit`` entries before position ``before``.
+
+        Read from the transcript holding only the page, so a UI can show a long
+        session's end first and fetch earlier pages as the user scrolls up.
+        """
+        return self._session.ui_page(before, limit)
 
     @property
     def usage(self) -> SessionUsage:

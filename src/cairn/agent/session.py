@@ -54,6 +54,7 @@ from cairn.store import (
     StoreError,
     StoreFactory,
     TranscriptStore,
+    UiPage,
     new_session_id,
 )
 from cairn.store.paths import cairn_home, normalize_workspace
@@ -157,9 +158,12 @@ class Session:
         return self.pipeline.messages
 
     def ui_messages(self) -> list[Message]:
-        """Everything a person saw, across every compaction, in order."""
-        transcript = self._store.transcript()
-        return transcript.ui(transcript.api())
+        """Everything a person saw, across every compaction, in order (read from the store)."""
+        return self._store.ui_page().messages
+
+    def ui_page(self, before: int | None = None, limit: int | None = None) -> UiPage:
+        """The ``limit`` UI entries before position ``before`` (default: the last ones)."""
+        return self._store.ui_page(before, limit)
 
     @property
     def provider(self) -> ChatProvider:
@@ -332,10 +336,9 @@ class Session:
         self._store.append(StateRecord(STATE_KEY, state.to_json()))
 
     def _restore_state(self, store: TranscriptStore) -> None:
-        for record in reversed(store.transcript().records):
-            if isinstance(record, StateRecord) and record.key == STATE_KEY:
-                self._open_notices += self.state.restore(record.value)
-                return
+        saved = store.resumption.state.get(STATE_KEY)
+        if saved is not None:
+            self._open_notices += self.state.restore(saved)
 
 
 class Runtime:

@@ -58,6 +58,7 @@ from cairn.errors import CairnError
 from cairn.messages import (
     KIND_HANDOFF,
     KIND_PLAN_REMINDER,
+    JSONValue,
     Message,
     Usage,
     group_rounds,
@@ -261,12 +262,15 @@ class ContextPipeline:
         self._current_session = current_session or (lambda: self.session_id)
         #: Set by the host while a response streams: a manual compaction then waits.
         self.streaming = False
-        records = store.transcript().records
+        # Only the records since the last valid checkpoint: a resume costs what
+        # came after it, however long the history before it.
+        resumed = store.resumption
+        records = resumed.records
         self._handoffs = HandoffLedger.from_records(
             r for r in records if isinstance(r, HandoffRecord)
         )
-        self._last_call = _last_response_time(records)
-        self._restore_boundary(records)
+        self._last_call = _timestamp(resumed.last_response_ts)
+        self._restore_boundary(records, resumed.state.get(CALIBRATION_KEY))
         #: (epoch, tokens) of the handoff reminders in the context: the
         #: compaction line is measured without them (``budget.compaction_due``).
         self._control = (
@@ -786,7 +790,7 @@ class ContextPipeline:
         self._store.append(StateRecord(CALIBRATION_KEY, kept.to_json()))
         self._calibration = kept
 
-    def _restore_boundary(self, records: Sequence[Record]) -> None:
+    def _restore_boundary(self, records: Sequence[Record], calibration: JSONValue) -> None:
         """Rebuild what the last provider boundary left: anchor, floor, flags, calibration.
 
         A resumed session must project exactly as the one that stopped: the
@@ -798,10 +802,10 @@ class ContextPipeline:
         rewritten = False
         compaction: CompactionRecord | None = None
         after_compaction: Message | None = None
+        if calibration is not None:
+            self._calibration = FixedCalibration.from_json(calibration) or self._calibration
         for record in records:
-            if isinstance(record, StateRecord) and record.key == CALIBRATION_KEY:
-                self._calibration = FixedCalibration.from_json(record.value) or self._calibration
-            elif isinstance(record, CompactionRecord) and record.id not in ignored:
+            if isinstance(record, CompactionRecord) and record.id not in ignored:
                 compaction, after_compaction, rewritten = record, None, True
             elif isinstance(record, ContextEditRecord):
                 rewritten = True
@@ -993,17 +997,14 @@ def _join_instructions(*parts: str | None) -> str | None:
     return "\n\n".join(texts) if texts else None
 
 
-def _last_response_time(records: Sequence[Record]) -> float | None:
-    """When the provider last answered, from the newest assistant message with usage."""
-    for record in reversed(records):
-        if isinstance(record, MessageRecord):
-            message = record.message
-            if message.role == "assistant" and message.meta.usage is not None:
-                try:
-                    return datetime.fromisoformat(record.ts).timestamp()
-                except ValueError:
-                    return None
-    return None
+def _timestamp(ts: str | None) -> float | None:
+    """A record's ``ts`` as a Unix time (``None`` if absent or unreadable)."""
+    if ts is None:
+        return None
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except ValueError:
+        return None
 
 
 class _CancelledError(Exception):

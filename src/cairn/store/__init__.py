@@ -18,6 +18,7 @@ from cairn.store.records import (
     MAX_REPLACEMENT_BYTES,
     MAX_REPLACEMENT_MESSAGES,
     CheckpointError,
+    CheckpointHistory,
     CompactionRecord,
     ContentEdit,
     ContextEditRecord,
@@ -29,7 +30,7 @@ from cairn.store.records import (
     SessionRecord,
     StateRecord,
 )
-from cairn.store.views import ApiView, api_view, ui_view
+from cairn.store.views import ApiView, Resumption, UiPage, api_view, resumption, ui_page, ui_view
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_REPLACEMENT_MESSAGES",
     "ApiView",
     "CheckpointError",
+    "CheckpointHistory",
     "CompactionRecord",
     "ContentEdit",
     "ContextEditRecord",
@@ -48,6 +50,7 @@ __all__ = [
     "NotATranscriptError",
     "Record",
     "RecordFormatError",
+    "Resumption",
     "SessionRecord",
     "StateRecord",
     "StoreError",
@@ -58,11 +61,14 @@ __all__ = [
     "TranscriptLockedError",
     "TranscriptStore",
     "TranscriptWriteError",
+    "UiPage",
     "api_view",
     "cairn_home",
     "new_session_id",
     "read_transcript",
+    "resumption",
     "session_path",
+    "ui_page",
     "ui_view",
     "workspace_slug",
 ]

@@ -14,7 +14,7 @@ from typing import Protocol
 from cairn.errors import CairnError
 from cairn.messages import Message
 from cairn.store.records import CompactionRecord, Record, SessionRecord
-from cairn.store.views import ApiView, api_view, ui_view
+from cairn.store.views import ApiView, Resumption, UiPage, api_view, ui_view
 
 
 class StoreError(CairnError, RuntimeError):
@@ -72,7 +72,12 @@ class Transcript:
 
 
 class TranscriptStore(Protocol):
-    """Durable, append-only storage of one session's records."""
+    """Durable, append-only storage of one session's records.
+
+    A writer's memory is bounded by the API view: it keeps a ``Resumption``
+    (the API view and the records since the last valid checkpoint) and reads
+    everything else back from storage when asked (``transcript``, ``ui_page``).
+    """
 
     @property
     def path(self) -> Path:
@@ -84,7 +89,12 @@ class TranscriptStore(Protocol):
 
     @property
     def api_view(self) -> ApiView:
-        """The model's context as of the last appended record."""
+        """The model's context as of the last appended record (``resumption.api``)."""
+        ...
+
+    @property
+    def resumption(self) -> Resumption:
+        """What reopening the session needs, as of the last appended record."""
         ...
 
     def append(self, record: Record) -> None:
@@ -104,7 +114,16 @@ class TranscriptStore(Protocol):
         """Make every record so far durable (called at least at each turn end)."""
         ...
 
-    def transcript(self) -> Transcript: ...
+    def transcript(self) -> Transcript:
+        """Every record so far, read back from storage (not kept by the writer)."""
+        ...
+
+    def ui_page(self, before: int | None = None, limit: int | None = None) -> UiPage:
+        """The ``limit`` UI view entries before position ``before`` (default: the last ones).
+
+        Read back from storage, holding only the page.
+        """
+        ...
 
     def close(self) -> None: ...
 

@@ -27,6 +27,8 @@ import fcntl
 import gc
 import os
 import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -44,6 +46,7 @@ from cairn.store.base import (
 )
 from cairn.store.paths import session_path
 from cairn.store.records import (
+    CheckpointError,
     CompactionRecord,
     Record,
     RecordFormatError,
@@ -52,23 +55,37 @@ from cairn.store.records import (
     decode_line,
     encode_line,
 )
-from cairn.store.views import ApiView, api_view
+from cairn.store.views import ApiView, Resumption, UiPage, resumption, ui_page
 
 
 def parse_transcript(path: Path, data: bytes) -> tuple[Transcript, bytes]:
     """Parse file contents; return the transcript and a torn tail (``b""`` if none)."""
+    records, warnings, bad, torn = _parse_region(data, "line")
+    if not records and not data.strip():
+        warnings.append("the file is empty: no session header")
+    elif records and not isinstance(records[0], SessionRecord):
+        warnings.append("the file does not start with a session header")
+    return Transcript(path, records, warnings, bad), torn
+
+
+def _parse_region(data: bytes, where: str) -> tuple[list[Record], list[str], int, bytes]:
+    """Records, warnings, bad-line count and torn tail of ``data`` (whole lines from its start).
+
+    ``where`` names a line in warnings: ``"line"`` in a whole file, or e.g.
+    ``"line after the last checkpoint"`` for a region of one.
+    """
     # Loading creates many long-lived objects and no garbage cycles; the
     # collector's passes over them would cost about a tenth of the load time.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse(path, data)
+        return _parse(data, where)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _parse(path: Path, data: bytes) -> tuple[Transcript, bytes]:
+def _parse(data: bytes, where: str) -> tuple[list[Record], list[str], int, bytes]:
     records: list[Record] = []
     warnings: list[str] = []
     bad = 0
@@ -82,7 +99,7 @@ def _parse(path: Path, data: bytes) -> tuple[Transcript, bytes]:
             records.append(decode(line))
         except RecordFormatError as exc:
             bad += 1
-            warnings.append(f"line {number}: {exc}; skipped")
+            warnings.append(f"{where} {number}: {exc}; skipped")
     torn = b""
     if tail:
         try:
@@ -91,14 +108,96 @@ def _parse(path: Path, data: bytes) -> tuple[Transcript, bytes]:
         except RecordFormatError:
             torn = tail
             warnings.append(
-                f"line {len(lines) + 1}: torn last line ({len(tail)} bytes, "
+                f"{where} {len(lines) + 1}: torn last line ({len(tail)} bytes, "
                 "a write cut short by a crash) skipped"
             )
-    if not records and not data.strip():
-        warnings.append("the file is empty: no session header")
-    elif records and not isinstance(records[0], SessionRecord):
-        warnings.append("the file does not start with a session header")
-    return Transcript(path, records, warnings, bad), torn
+    return records, warnings, bad, torn
+
+
+def iter_records(fd: int, start: int = 0) -> Iterator[Record]:
+    """Every readable record of the file from byte ``start`` on, streamed.
+
+    Holds one chunk and the line being read, not the file: bad lines and a
+    torn last line are skipped (``read_transcript`` reports them).
+    """
+    for line in _lines(fd, start):
+        try:
+            yield decode_line(line)
+        except RecordFormatError:
+            continue
+
+
+def _lines(fd: int, start: int) -> Iterator[bytes]:
+    """The non-empty lines of the file from ``start`` on, and its unterminated tail."""
+    offset = start
+    pending = b""
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset)
+        if not chunk:
+            break
+        offset += len(chunk)
+        pieces = (pending + chunk).split(b"\n")
+        pending = pieces.pop()
+        yield from (piece for piece in pieces if piece)
+    if pending:
+        yield pending
+
+
+#: Bytes read at a time when streaming or scanning a file.
+_CHUNK = 1 << 20
+#: How every compaction line Cairn writes starts (``record_to_dict``'s envelope).
+_CHECKPOINT_LINE = b'{"v":1,"type":"compaction",'
+
+
+def _last_checkpoint(fd: int, start: int, end: int) -> tuple[int, CompactionRecord] | None:
+    """The newest valid checkpoint line in ``[start, end)``, scanning backward from ``end``.
+
+    ``start`` is the start of a line. Returns the line's offset and record,
+    or ``None`` when there is none, or when the newest valid one carries no
+    history (written by an older Cairn): the file must then be read from its
+    start. Bytes after the last newline (a torn tail) are not a line.
+    """
+    position = end
+    carry = b""  # the beginning of a line, whose start lies before ``position``
+    in_tail = True  # still inside the bytes after the file's last newline
+    while position > start:
+        size = min(_CHUNK, position - start)
+        position -= size
+        pieces = (os.pread(fd, size, position) + carry).split(b"\n")
+        if in_tail:
+            pieces.pop()
+            if not pieces:
+                carry = b""
+                continue
+            in_tail = False
+        if position > start:
+            carry = pieces[0]
+            lines = pieces[1:]
+            offset = position + len(carry) + 1
+        else:
+            carry, lines, offset = b"", pieces, start
+        offsets = []
+        for line in lines:
+            offsets.append(offset)
+            offset += len(line) + 1
+        for line, line_start in zip(reversed(lines), reversed(offsets), strict=True):
+            found = _valid_checkpoint(line)
+            if found is not None:
+                return (line_start, found) if found.history is not None else None
+    return None
+
+
+def _valid_checkpoint(line: bytes) -> CompactionRecord | None:
+    if not line.startswith(_CHECKPOINT_LINE):
+        return None
+    try:
+        record = decode_line(line)
+        if not isinstance(record, CompactionRecord):
+            return None
+        check_checkpoint(record)
+    except (RecordFormatError, CheckpointError):
+        return None  # reading forward from an earlier checkpoint ignores it too
+    return record
 
 
 def read_transcript(path: str | Path) -> Transcript:
@@ -126,7 +225,14 @@ class JsonlTranscriptStore:
     """The single writer of one session file. Use ``create`` or ``open``."""
 
     def __init__(
-        self, path: Path, fd: int, transcript: Transcript, *, fsync_every_record: bool = False
+        self,
+        path: Path,
+        fd: int,
+        resumption: Resumption,
+        *,
+        warnings: Sequence[str] = (),
+        repairs: Sequence[str] = (),
+        fsync_every_record: bool = False,
     ) -> None:
         self._path = path
         self._fd = fd
@@ -134,11 +240,13 @@ class JsonlTranscriptStore:
         #: a power cut then loses nothing acknowledged either (slower on most disks).
         self._fsync_every_record = fsync_every_record
         self._size = os.fstat(fd).st_size
-        self._records = transcript.records
-        self._warnings = transcript.warnings
-        self._bad_lines = transcript.bad_lines
-        self._api = api_view(self._records)
-        header = transcript.header
+        # Only what a resume needs stays in memory; every record is on disk.
+        self._resumption = resumption
+        #: What opening the file reported (a resume reads from the last checkpoint on),
+        #: and what it repaired (also part of every ``transcript()`` read later).
+        self._warnings = list(warnings)
+        self._repairs = list(repairs)
+        header = resumption.header
         self._session_id = header.session_id if header else path.stem
 
     # -- opening ---------------------------------------------------------
@@ -163,7 +271,7 @@ class JsonlTranscriptStore:
             fd = _create_whole(path, line)
         except OSError as exc:
             raise TranscriptWriteError(f"cannot create {path}: {_reason(exc)}") from None
-        return cls(path, fd, Transcript(path, [stored]), fsync_every_record=fsync_every_record)
+        return cls(path, fd, resumption([stored]), fsync_every_record=fsync_every_record)
 
     @classmethod
     def open(cls, path: str | Path, *, fsync_every_record: bool = False) -> JsonlTranscriptStore:
@@ -188,16 +296,21 @@ class JsonlTranscriptStore:
         try:
             _lock(fd, path, where)
             try:
-                data = _read_all(fd)
+                loaded = _load_from_checkpoint(fd, path, where) or _load_whole(fd, path, where)
             except OSError as exc:
                 raise NotATranscriptError(f"{where}: cannot read it ({_reason(exc)})") from None
-            transcript, torn = parse_transcript(path, data)
-            _check_header(transcript, data, where)
-            _repair_tail(fd, path, data, torn, transcript, where)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, transcript, fsync_every_record=fsync_every_record)
+        state, warnings, repairs = loaded
+        return cls(
+            path,
+            fd,
+            state,
+            warnings=[*warnings, *repairs],
+            repairs=repairs,
+            fsync_every_record=fsync_every_record,
+        )
 
     # -- writing ---------------------------------------------------------
 
@@ -211,18 +324,27 @@ class JsonlTranscriptStore:
 
     @property
     def api_view(self) -> ApiView:
-        return self._api
+        return self._resumption.api
+
+    @property
+    def resumption(self) -> Resumption:
+        return self._resumption
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
 
     def append(self, record: Record) -> None:
         line, stored = _encode(record, str(self._path))
         self._write(line, durable=self._fsync_every_record)
-        self._remember(stored)
+        self._resumption.apply(stored)
 
     def save_compaction(self, record: CompactionRecord) -> None:
+        record = replace(record, history=self._resumption.history())
         check_checkpoint(record)
         line, stored = _encode(record, str(self._path))
         self._write(line, durable=True)
-        self._remember(stored)
+        self._resumption.apply(stored)
 
     def sync(self) -> None:
         self._check_open()
@@ -232,7 +354,29 @@ class JsonlTranscriptStore:
             raise TranscriptWriteError(f"{self._path}: fsync failed ({exc.strerror})") from exc
 
     def transcript(self) -> Transcript:
-        return Transcript(self._path, list(self._records), list(self._warnings), self._bad_lines)
+        with self._reader() as fd:
+            transcript = parse_transcript(self._path, _read_all(fd))[0]
+        transcript.warnings[:0] = self._repairs
+        return transcript
+
+    def ui_page(self, before: int | None = None, limit: int | None = None) -> UiPage:
+        with self._reader() as fd:
+            return ui_page(iter_records(fd), before=before, limit=limit)
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[int]:
+        """A descriptor to read the file with: the writer's own, or the path's once closed."""
+        try:
+            if self._fd >= 0:
+                yield self._fd
+                return
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                yield fd
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"{self._path}: cannot read it ({_reason(exc)})") from None
 
     def close(self) -> None:
         if self._fd < 0:
@@ -256,10 +400,6 @@ class JsonlTranscriptStore:
     ) -> None:
         self.close()
 
-    def _remember(self, record: Record) -> None:
-        self._records.append(record)
-        self._api.apply(record)
-
     def _write(self, line: bytes, *, durable: bool) -> None:
         self._check_open()
         try:
@@ -279,6 +419,59 @@ class JsonlTranscriptStore:
     def _check_open(self) -> None:
         if self._fd < 0:
             raise TranscriptWriteError(f"{self._path}: the store is closed")
+
+
+#: The resumption, the warnings of the lines read, and the repairs made.
+_Loaded = tuple[Resumption, list[str], list[str]]
+
+
+def _load_from_checkpoint(fd: int, path: Path, where: str) -> _Loaded | None:
+    """Read only the header and what follows the last valid checkpoint.
+
+    ``None`` when that cannot be done (no checkpoint with its history, an
+    unreadable header): the whole file is read instead.
+    """
+    size = os.fstat(fd).st_size
+    header_line = _first_line(fd)
+    if header_line is None:
+        return None
+    try:
+        header = decode_line(header_line)
+    except RecordFormatError:
+        return None
+    if not isinstance(header, SessionRecord):
+        return None
+    found = _last_checkpoint(fd, len(header_line) + 1, size)
+    if found is None:
+        return None
+    offset, checkpoint = found
+    data = os.pread(fd, size - offset, offset)
+    records, warnings, _, torn = _parse_region(data, "line after the last checkpoint")
+    state = Resumption.starting_at(header, checkpoint)
+    for record in records[1:]:  # records[0] is the checkpoint
+        state.apply(record)
+    return state, warnings, _repair_tail(fd, path, size, data, torn, where)
+
+
+def _load_whole(fd: int, path: Path, where: str) -> _Loaded:
+    data = _read_all(fd)
+    transcript, torn = parse_transcript(path, data)
+    _check_header(transcript, data, where)
+    repairs = _repair_tail(fd, path, len(data), data, torn, where)
+    return resumption(transcript.records), transcript.warnings, repairs
+
+
+def _first_line(fd: int) -> bytes | None:
+    """The file's first line without its newline; ``None`` if it has no newline."""
+    data = b""
+    while True:
+        chunk = os.pread(fd, 1 << 16, len(data))
+        if not chunk:
+            return None
+        cut = chunk.find(b"\n")
+        if cut >= 0:
+            return data + chunk[:cut]
+        data += chunk
 
 
 def _encode(record: Record, where: str) -> tuple[bytes, Record]:
@@ -389,16 +582,18 @@ def _looks_like_header(line: bytes) -> bool:
     return line.lstrip().startswith((b'{"v":1,"type":"session"', b'{"v": 1, "type": "session"'))
 
 
-def _repair_tail(
-    fd: int, path: Path, data: bytes, torn: bytes, transcript: Transcript, where: str
-) -> None:
+def _repair_tail(fd: int, path: Path, size: int, data: bytes, torn: bytes, where: str) -> list[str]:
+    """Make the file end on a clean line; ``data`` is its last bytes, ending at ``size``.
+
+    Returns what was repaired, as warnings.
+    """
     try:
         if torn:
             aside = _move_aside(path, torn)
-            os.ftruncate(fd, len(data) - len(torn))
+            os.ftruncate(fd, size - len(torn))
             os.fsync(fd)
-            transcript.warnings.append(f"the torn last line was moved to {aside}")
-        elif data and not data.endswith(b"\n"):
+            return [f"the torn last line was moved to {aside}"]
+        if data and not data.endswith(b"\n"):
             # A complete record whose newline was lost: finish the line.
             write_all(fd, b"\n")
             os.fsync(fd)
@@ -406,6 +601,7 @@ def _repair_tail(
         raise TranscriptWriteError(
             f"{where}: could not repair its last line ({_reason(exc)})"
         ) from None
+    return []
 
 
 def _lock(fd: int, path: Path, where: str) -> None:

@@ -21,7 +21,7 @@ from typing import Annotated, ClassVar, Literal, TypeAlias
 import orjson
 from pydantic import StrictInt
 
-from cairn.codec import OMIT_NONE, Codec, JSONDepthError
+from cairn.codec import OMIT_NONE, Codec, JSONDepthError, JSONKey
 from cairn.errors import CairnError
 from cairn.messages import (
     JSONObject,
@@ -126,6 +126,23 @@ class ContextEditRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointHistory:
+    """What the records before a checkpoint leave that its replacement messages do not hold.
+
+    The store writes it into every checkpoint it saves, so reopening a session
+    can start reading at the last valid checkpoint instead of the file start:
+    the resume then costs what came after it, however long the history.
+    """
+
+    #: Valid checkpoints in the session up to and including this one (the epoch).
+    checkpoints: StrictInt
+    #: The newest value of each state key (``StateRecord``) written before it.
+    state: Mapping[JSONKey, JSONValue] = field(default_factory=dict)
+    #: When the provider last answered before it (an assistant message with usage).
+    last_response_ts: Annotated[str | None, OMIT_NONE] = None
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionRecord:
     """A durable checkpoint: ``replacement_messages`` is the exact API context after it."""
 
@@ -141,6 +158,8 @@ class CompactionRecord:
     version: StrictInt = CHECKPOINT_VERSION
     id: str = field(default_factory=lambda: new_id("rec"))
     ts: str = field(default_factory=now_ts)
+    #: Filled in by the store when it saves the checkpoint (absent in older files).
+    history: Annotated[CheckpointHistory | None, OMIT_NONE] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,16 +7,22 @@
 
 Both are pure functions of the record list, so the same code serves a live
 session and a reload after a crash.
+
+A writer keeps only a ``Resumption``: the API view and the records since the
+last valid checkpoint, which is all that reopening the session needs. The UI
+view is read back from storage when asked, a page at a time (``ui_page``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections import deque
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, Message, MessageMeta
+from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, JSONValue, Message, MessageMeta
 from cairn.store.records import (
     CheckpointError,
+    CheckpointHistory,
     CompactionRecord,
     ContentEdit,
     ContextEditRecord,
@@ -24,6 +30,8 @@ from cairn.store.records import (
     HandoffRecord,
     MessageRecord,
     Record,
+    SessionRecord,
+    StateRecord,
     check_checkpoint,
 )
 
@@ -81,6 +89,75 @@ def api_view(records: Iterable[Record]) -> ApiView:
     return view
 
 
+@dataclass(slots=True)
+class Resumption:
+    """What reopening a session needs, kept incrementally as records arrive.
+
+    Its size is bounded by the API view: ``records`` restarts at every valid
+    checkpoint, and what came before survives only as that checkpoint's
+    ``CheckpointHistory`` (the epoch, the newest state of each key, the last
+    response time).
+    """
+
+    header: SessionRecord | None = None
+    api: ApiView = field(default_factory=ApiView)
+    #: The last valid checkpoint and every record after it, in file order
+    #: (every record but the header while there is no valid checkpoint).
+    records: list[Record] = field(default_factory=list)
+    #: The newest value of each state key, across the whole history.
+    state: dict[str, JSONValue] = field(default_factory=dict)
+    #: When the provider last answered, across the whole history.
+    last_response_ts: str | None = None
+
+    @classmethod
+    def starting_at(cls, header: SessionRecord, checkpoint: CompactionRecord) -> Resumption:
+        """Resume from a valid checkpoint that carries its history (``checkpoint.history``)."""
+        history = checkpoint.history
+        if history is None:
+            raise ValueError(f"checkpoint {checkpoint.id} carries no history")
+        resumption = cls(
+            header,
+            ApiView(valid_checkpoints=history.checkpoints - 1),
+            state=dict(history.state),
+            last_response_ts=history.last_response_ts,
+        )
+        resumption.apply(checkpoint)
+        return resumption
+
+    def apply(self, record: Record) -> None:
+        self.api.apply(record)
+        match record:
+            case SessionRecord() if self.header is None:
+                self.header = record
+                return
+            case CompactionRecord() if record.id not in self.api.ignored_checkpoints:
+                self.records = [record]
+                return
+            case StateRecord():
+                self.state[record.key] = record.value
+            case MessageRecord() if record.message.role == "assistant" and (
+                record.message.meta.usage is not None
+            ):
+                self.last_response_ts = record.ts
+            case _:
+                pass
+        self.records.append(record)
+
+    def history(self) -> CheckpointHistory:
+        """The history a checkpoint saved now carries."""
+        return CheckpointHistory(
+            self.api.valid_checkpoints + 1, dict(self.state), self.last_response_ts
+        )
+
+
+def resumption(records: Iterable[Record]) -> Resumption:
+    """The ``Resumption`` after ``records`` (a whole session, from its header)."""
+    state = Resumption()
+    for record in records:
+        state.apply(record)
+    return state
+
+
 def compact_block(record: CompactionRecord) -> Message:
     """The block a UI shows where a compaction happened."""
     return Message(
@@ -115,21 +192,68 @@ def ui_view(
 ) -> list[Message]:
     """Every message a client renders, in file order; hidden messages never appear.
 
-    ``ignored_checkpoints`` (from ``ApiView``) saves re-checking each checkpoint.
+    ``ignored_checkpoints`` (from an ``ApiView`` of the same records, from
+    their start) saves re-checking each checkpoint.
     """
-    items: list[Message] = []
+    return list(_ui_entries(records, ignored_checkpoints))
+
+
+def _ui_entries(
+    records: Iterable[Record], ignored_checkpoints: Collection[str] | None
+) -> Iterator[Message]:
     for record in records:
         match record:
             case MessageRecord() if not record.message.meta.hidden:
-                items.append(record.message)
+                yield record.message
             case CompactionRecord():
                 if _is_valid(record, ignored_checkpoints):
-                    items.append(compact_block(record))
+                    yield compact_block(record)
             case ErrorRecord():
-                items.append(error_block(record))
+                yield error_block(record)
             case _:
                 pass
-    return items
+
+
+@dataclass(frozen=True, slots=True)
+class UiPage:
+    """A run of consecutive UI view entries."""
+
+    messages: list[Message]
+    #: Position of ``messages[0]`` in the whole UI view.
+    start: int
+    #: Entries in the whole UI view.
+    total: int
+
+    @property
+    def earlier(self) -> int:
+        """How many entries come before this page."""
+        return self.start
+
+
+def ui_page(
+    records: Iterable[Record],
+    *,
+    before: int | None = None,
+    limit: int | None = None,
+    ignored_checkpoints: Collection[str] | None = None,
+) -> UiPage:
+    """The ``limit`` UI entries just before position ``before`` (default: the end).
+
+    ``records`` is consumed as a stream, and only the page is held: reading
+    the last 200 entries of a 100,000-message session keeps 200 in memory.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be at least 0, not {limit}")
+    if before is not None and before < 0:
+        raise ValueError(f"before must be at least 0, not {before}")
+    page: deque[Message] = deque(maxlen=limit)
+    total = 0
+    for message in _ui_entries(records, ignored_checkpoints):
+        if before is None or total < before:
+            page.append(message)
+        total += 1
+    end = total if before is None else min(before, total)
+    return UiPage(list(page), end - len(page), total)
 
 
 def _is_valid(record: CompactionRecord, ignored: Collection[str] | None) -> bool:
