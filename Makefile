@@ -71,6 +71,7 @@ demo-live: $(E2E_STAMP) $(TEST_MODEL)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimator.py
 	$(BIN)/python benchmarks/bench_transcript.py
+	$(BIN)/python benchmarks/bench_writer.py
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_terminal.py
 	$(BIN)/python benchmarks/replay.py
