@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-live test lint bench soak clean tmux chromium
+.PHONY: demo demo-live test lint bench soak clean tmux chromium postgresql
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,web]'
+	$(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,web,postgres]'
 	touch $(STAMP)
 
 # The real model behind a real server for the end-to-end tests: llama.cpp's
@@ -21,7 +21,7 @@ E2E_STAMP := $(VENV)/.installed-e2e
 TEST_MODEL := .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 $(E2E_STAMP): pyproject.toml $(STAMP)
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,web,e2e]'
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install -q -e '.[dev,tokenizers,plot,web,postgres,e2e]'
 	touch $(E2E_STAMP)
 
 $(TEST_MODEL): | $(BIN)/python
@@ -53,7 +53,15 @@ chromium:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
 		$(SUDO) apt-get install -y -q --no-install-recommends chromium; }
 
-test: lint tmux chromium $(E2E_STAMP) $(TEST_MODEL)
+# PostgreSQL's server, from Debian's packages: the PostgreSQL store's tests and its
+# benchmark start a throwaway server of their own from it (tests/store/postgres_server.py),
+# on a Unix socket in a temporary folder.
+postgresql:
+	@{ [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb || \
+		command -v initdb; } >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+		$(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
+
+test: lint tmux chromium postgresql $(E2E_STAMP) $(TEST_MODEL)
 	CAIRN_TEST_MODEL=$(abspath $(TEST_MODEL)) $(BIN)/python -m pytest -q
 
 # The reliability campaign at full counts (tests/reliability/, DESIGN's
