@@ -76,10 +76,11 @@ soak: $(E2E_STAMP)
 demo-live: $(E2E_STAMP) $(TEST_MODEL)
 	$(BIN)/python scripts/demo_live.py $(abspath $(TEST_MODEL))
 
-bench: $(STAMP)
+bench: $(STAMP) postgresql
 	$(BIN)/python benchmarks/bench_estimator.py
 	$(BIN)/python benchmarks/bench_transcript.py
 	$(BIN)/python benchmarks/bench_writer.py
+	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_terminal.py
 	$(BIN)/python benchmarks/replay.py

@@ -888,7 +888,12 @@ class PostgresStoreFactory:
                     return
                 after = rows[-1][0]
 
-        return _transcript(location, lines())
+        transcript = _transcript(location, lines())
+        if transcript.bad_lines and not transcript.records:
+            raise NotATranscriptError(
+                f"{location} is not a Cairn transcript (no valid record found)"
+            )
+        return transcript
 
     def follow(
         self, session_id: str, after: int = 0, *, timeout: float | None = None
