@@ -195,6 +195,24 @@ def test_records_are_stored_in_order_each_row_the_exact_jsonl_line(
     assert loaded.path == store.path == Path("postgresql") / database(postgres_url) / "s1"
     assert loaded.records == read_transcript(files.path).records
     assert loaded.records[-2] == encode_line(records[-1])[1]
+    # A closed store still reads (on a connection of its own), and refuses writes.
+    assert store.transcript().records == loaded.records
+    assert store.ui_page() == files.ui_page()
+    with pytest.raises(TranscriptWriteError, match="the store is closed"):
+        store.append(MessageRecord(user("late")))
+
+
+def test_with_asynchronous_commits_the_store_syncs_closes_and_keeps_its_records(
+    postgres_url: str, workspace: Path
+) -> None:
+    relaxed = PostgresStoreFactory(postgres_url + "&options=-c%20synchronous_commit%3Doff")
+    store = relaxed.create(workspace, header("s1", workspace))
+    append_all(store, tool_round(2))
+    store.sync()
+    append_all(store, chat_round("after the turn"))
+    store.close()
+    assert [m.text for m in relaxed.read(workspace, "s1").api().messages][-1] == "after the turn"
+    relaxed.close()
 
 
 def test_views_equal_the_jsonl_stores_for_the_same_session(

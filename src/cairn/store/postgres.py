@@ -461,8 +461,7 @@ class PostgresTranscriptStore:
         where = f"cannot resume {location}"
         try:
             row = conn.execute(
-                "SELECT workspace, parent_id, checkpoint_seq FROM cairn_sessions "
-                "WHERE session_id = %s",
+                "SELECT workspace, parent_id FROM cairn_sessions WHERE session_id = %s",
                 (session_id,),
             ).fetchone()
             if row is None:
@@ -483,8 +482,12 @@ class PostgresTranscriptStore:
                     f"{where}: it is already open for writing by {_holder(conn, key)}; "
                     "close it there first (one writer per session)"
                 )
-            # Read only after the lock: nothing can be appended in between.
-            pointer = row[2]
+            # Read only once the lock is held: a writer that closed a moment ago
+            # may have moved the pointer, and nobody can append from now on.
+            found = conn.execute(
+                "SELECT checkpoint_seq FROM cairn_sessions WHERE session_id = %s", (session_id,)
+            ).fetchone()
+            pointer = None if found is None or found[0] is None else int(found[0])
             state, warnings, last_seq = _load(conn, session_id, pointer, where)
             return cls(
                 conn,
@@ -647,7 +650,8 @@ class PostgresTranscriptStore:
                 with self._lock:
                     conn = self._conn if self._conn is not None and self._lost is None else None
                     if conn is None:
-                        own = own or _connect(self._url)
+                        if own is None:
+                            own = _connect(self._url)
                         conn = own
                     rows = _page(conn, self._session_id, after)
                 yield from rows
