@@ -219,13 +219,18 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def new_server() -> PostgresServer:
+    """A server not yet started; without PostgreSQL's programs the test fails (never skips)."""
+    try:
+        return PostgresServer()
+    except ServerMissingError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(scope="session", name="postgres_server")
 def postgres_server_fixture() -> Iterator[PostgresServer]:
     """One server for the whole test session (each test gets its own database)."""
-    try:
-        server = PostgresServer()
-    except ServerMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    server = new_server()
     try:
         server.start()
         yield server

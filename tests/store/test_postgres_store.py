@@ -60,6 +60,7 @@ from cairn.store.records import encode_line, record_to_dict
 from conftest import chat_round, tool_round
 from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     PostgresServer,
+    new_server,
     postgres_server_fixture,
     postgres_url_fixture,
 )
@@ -841,7 +842,7 @@ def waiting_at_pointer(url: str) -> Callable[[], bool]:
 def test_sigkill_of_the_server_in_the_middle_of_a_compaction_keeps_every_acknowledged_record(
     tmp_path: Path, workspace: Path
 ) -> None:
-    with PostgresServer() as server:
+    with new_server() as server:
         url = server.create_database("crash")
         child = subprocess.Popen(
             python(WRITER, url, str(workspace)),
