@@ -36,7 +36,10 @@ def _add_inspect(subparsers: Subparsers) -> None:
             "loading warnings."
         ),
     )
-    parser.add_argument("path", metavar="PATH", type=Path, help="a session .jsonl file")
+    parser.add_argument(
+        "path", metavar="PATH|ID", help="a session .jsonl file, or a session id of the store"
+    )
+    _add_store_flag(parser)
     parser.add_argument(
         "--json",
         dest="as_json",
@@ -53,8 +56,23 @@ def _add_inspect(subparsers: Subparsers) -> None:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from cairn.surfaces.inspect import run_inspect
+    from cairn.surfaces.sessions import with_stored_file
 
-    return run_inspect(args.path, as_json=args.as_json, view=args.view)
+    return with_stored_file(
+        "inspect",
+        args.path,
+        args.store,
+        lambda path, origin: run_inspect(path, as_json=args.as_json, view=args.view, origin=origin),
+    )
+
+
+def _add_store_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a PostgreSQL URL (default: CAIRN_STORE_URL, then store.url in settings, "
+        "else the JSONL files under CAIRN_HOME)",
+    )
 
 
 def _add_replay(subparsers: Subparsers) -> None:
@@ -70,7 +88,10 @@ def _add_replay(subparsers: Subparsers) -> None:
             "under the input budget), 2 on a usage or import error."
         ),
     )
-    parser.add_argument("path", metavar="FILE", type=Path, help="the recorded session")
+    parser.add_argument(
+        "path", metavar="FILE|ID", help="the recorded session, or a session id of the store"
+    )
+    _add_store_flag(parser)
     parser.add_argument(
         "--format",
         default="auto",
@@ -116,11 +137,17 @@ def _add_replay(subparsers: Subparsers) -> None:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from cairn.surfaces.sessions import with_stored_file
+
+    return with_stored_file("replay", args.path, args.store, lambda path, _: _replay(path, args))
+
+
+def _replay(path: Path, args: argparse.Namespace) -> int:
     from cairn.surfaces.replay import ReplayArgs, run_replay
 
     return run_replay(
         ReplayArgs(
-            path=args.path,
+            path=path,
             format=args.format,
             session=args.session,
             window=args.window,
@@ -189,6 +216,50 @@ def _add_model_flags(parser: argparse.ArgumentParser, permission_help: str) -> N
     )
 
 
+def _add_sessions(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "sessions",
+        help="list the store's sessions; move one between a JSONL file and the store",
+        description=(
+            "The store is a PostgreSQL database (--store URL, CAIRN_STORE_URL or store.url "
+            "in settings.json; needs cairn[postgres]) or, without one, the JSONL files under "
+            "CAIRN_HOME. export writes a session to a new .jsonl file; import copies a .jsonl "
+            "transcript into the store. Both keep every record, its id and its time."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="this workspace's sessions, newest first")
+    _add_store_flag(listing)
+    listing.set_defaults(handler=_run_sessions_list)
+    export = actions.add_parser("export", help="write a stored session to a new .jsonl file")
+    export.add_argument("session_id", metavar="ID", help="the session id")
+    export.add_argument("out", metavar="FILE", type=Path, help="the .jsonl file to create")
+    _add_store_flag(export)
+    export.set_defaults(handler=_run_sessions_export)
+    load = actions.add_parser("import", help="copy a .jsonl transcript into the store")
+    load.add_argument("path", metavar="FILE", type=Path, help="a Cairn transcript (.jsonl)")
+    _add_store_flag(load)
+    load.set_defaults(handler=_run_sessions_import)
+
+
+def _run_sessions_list(args: argparse.Namespace) -> int:
+    from cairn.surfaces.sessions import run_list
+
+    return run_list(args.store, Path.cwd())
+
+
+def _run_sessions_export(args: argparse.Namespace) -> int:
+    from cairn.surfaces.sessions import run_export
+
+    return run_export(args.session_id, args.out, args.store, Path.cwd())
+
+
+def _run_sessions_import(args: argparse.Namespace) -> int:
+    from cairn.surfaces.sessions import run_import
+
+    return run_import(args.path, args.store, Path.cwd())
+
+
 def _add_acp(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "acp",
@@ -253,6 +324,7 @@ def _run_web(args: argparse.Namespace) -> int:
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     _add_inspect,
     _add_replay,
+    _add_sessions,
     _add_acp,
     _add_web,
 )

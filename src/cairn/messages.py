@@ -75,7 +75,8 @@ def json_kind(value: object) -> str:
 def _scrubbed(owner: object, *names: str) -> None:
     for name in names:
         value = getattr(owner, name)
-        if isinstance(value, str):
+        # ASCII text (most of it) cannot hold a surrogate: skip the call.
+        if isinstance(value, str) and not value.isascii():
             clean = scrub(value)
             if clean is not value:
                 object.__setattr__(owner, name, clean)

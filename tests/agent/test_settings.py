@@ -273,3 +273,27 @@ def test_identical_commands_run_once() -> None:
         CommandHook(command="same"),
         CommandHook(command="other"),
     )
+
+
+def test_store_url_comes_from_settings_and_the_environment_wins(
+    workspace: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CAIRN_STORE_URL", raising=False)
+    monkeypatch.delenv("CAIRN_FSYNC", raising=False)
+    write_json(
+        project_file(workspace), {"store": {"url": "postgresql://db/team", "fsync": "record"}}
+    )
+    assert load_settings(workspace, home).store.url == "postgresql://db/team"
+    monkeypatch.setenv("CAIRN_STORE_URL", "postgres://other/db")
+    store = load_settings(workspace, home).store
+    # The environment replaces the URL only: the file's fsync choice stands.
+    assert (store.url, store.fsync) == ("postgres://other/db", "record")
+
+
+def test_a_store_url_that_is_not_postgresql_names_the_key(workspace: Path, home: Path) -> None:
+    write_json(user_file(home), {"store": {"url": "sqlite:///x.db"}})
+    with pytest.raises(SettingsError) as caught:
+        load_settings(workspace, home)
+    message = str(caught.value)
+    assert "store.url" in message and "must be a PostgreSQL URL" in message
+    assert str(user_file(home)) in message

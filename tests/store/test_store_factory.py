@@ -67,6 +67,12 @@ class Elsewhere:
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         return self._files.artifacts_dir(workspace, session_id)
 
+    def find(self, session_id: str) -> str | None:
+        return self._files.find(session_id)
+
+    def close(self) -> None:
+        self.calls.append("close")
+
 
 def _conforms(factory: Elsewhere) -> StoreFactory:
     return factory

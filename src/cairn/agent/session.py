@@ -48,7 +48,6 @@ from cairn.messages import KIND_COMPACT_SUMMARY, Message, new_id, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import (
-    JsonlStoreFactory,
     SessionRecord,
     StateRecord,
     StoreError,
@@ -58,6 +57,7 @@ from cairn.store import (
     new_session_id,
 )
 from cairn.store.paths import cairn_home, normalize_workspace
+from cairn.store.selection import open_store_factory
 
 
 @dataclass(frozen=True)
@@ -368,9 +368,13 @@ class Runtime:
         #: one, a call that needs permission is refused at once: nobody can be asked,
         #: and nothing may wait forever for an answer that cannot come.
         self.answers_permissions = answers_permissions
-        #: Every session is opened through it: another store plugs in here.
-        self.store_factory: StoreFactory = store_factory or JsonlStoreFactory(
-            self.home, fsync_every_record=self.settings.store.fsync == "record"
+        #: Every session is opened through it: another store plugs in here. A
+        #: factory the runtime opened itself (from ``store.url``) it also closes.
+        self._owns_store_factory = store_factory is None
+        self.store_factory: StoreFactory = store_factory or open_store_factory(
+            self.settings.store.url,
+            self.home,
+            fsync_every_record=self.settings.store.fsync == "record",
         )
         #: The hosting editor's file I/O and terminal (ACP), given to every tool; ``None``: local.
         self.host_files = host_files
@@ -450,6 +454,8 @@ class Runtime:
         if self._current is not None:
             self._current.close()
             self._current = None
+        if self._owns_store_factory:
+            self.store_factory.close()
 
     def _switch(self, session: Session) -> None:
         if self._current is not None:

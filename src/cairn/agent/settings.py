@@ -52,6 +52,7 @@ from cairn.errors import CairnError
 from cairn.messages import json_kind
 from cairn.provider.config import ModelEntry
 from cairn.store.paths import cairn_home
+from cairn.store.postgres import mask_url
 from cairn.store.records import Trigger
 
 HookEvent: TypeAlias = Literal["PreCompact", "PostCompact", "SessionStart"]
@@ -182,10 +183,14 @@ class HooksSettings(BaseModel):
 Fsync: TypeAlias = Literal["turn", "record"]
 #: Overrides ``store.fsync`` of both settings files.
 FSYNC_ENV = "CAIRN_FSYNC"
+#: Overrides ``store.url`` of both settings files.
+STORE_URL_ENV = "CAIRN_STORE_URL"
+#: The URL schemes of a PostgreSQL connection string (libpq's).
+STORE_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 class StoreSettings(BaseModel):
-    """How transcripts reach the disk (README, *Durability*)."""
+    """Where transcripts live and how they reach the disk (README, *Durability*)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -194,6 +199,16 @@ class StoreSettings(BaseModel):
     #: cut can lose the current turn); ``record``: every record is fsynced
     #: before it counts as written (a power cut loses nothing acknowledged).
     fsync: Fsync = "turn"
+    #: A PostgreSQL URL (``postgresql://…``): sessions live in that database
+    #: (``cairn[postgres]``) instead of JSONL files under the Cairn home.
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(STORE_URL_SCHEMES):
+            raise ValueError("must be a PostgreSQL URL (postgresql://user@host/database)")
+        return value
 
 
 class Settings(BaseModel):
@@ -217,17 +232,29 @@ def project_settings_path(workspace: Path) -> Path:
 
 
 def load_settings(workspace: Path, home: Path | None = None) -> Settings:
-    """User settings, then project settings (project wins), then ``CAIRN_FSYNC``."""
+    """User settings, then project settings (project wins), then ``CAIRN_FSYNC`` and
+    ``CAIRN_STORE_URL``."""
     return _with_environment(_load_files(workspace, home))
 
 
 def _with_environment(settings: Settings) -> Settings:
-    value = os.environ.get(FSYNC_ENV, "")
-    if not value:
+    store = settings.store
+    fsync = os.environ.get(FSYNC_ENV, "")
+    if fsync:
+        if fsync not in get_args(Fsync):
+            raise SettingsError(f"{FSYNC_ENV} must be 'turn' or 'record', got {fsync!r}")
+        store = store.model_copy(update={"fsync": cast(Fsync, fsync)})
+    url = os.environ.get(STORE_URL_ENV, "")
+    if url:
+        if not url.startswith(STORE_URL_SCHEMES):
+            raise SettingsError(
+                f"{STORE_URL_ENV} must be a PostgreSQL URL (postgresql://user@host/database), "
+                f"got {mask_url(url)!r}"
+            )
+        store = store.model_copy(update={"url": url})
+    if store is settings.store:
         return settings
-    if value not in get_args(Fsync):
-        raise SettingsError(f"{FSYNC_ENV} must be 'turn' or 'record', got {value!r}")
-    return settings.model_copy(update={"store": StoreSettings(fsync=cast(Fsync, value))})
+    return settings.model_copy(update={"store": store})
 
 
 def _load_files(workspace: Path, home: Path | None) -> Settings:

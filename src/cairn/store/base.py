@@ -176,3 +176,11 @@ class StoreFactory(Protocol):
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         """The local folder for a session's saved outputs (oversized tool results, plans)."""
         ...
+
+    def find(self, session_id: str) -> str | None:
+        """The workspace of a top-level session known only by its id (``None``: no such one)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the factory holds (connections); the stores it opened stay open."""
+        ...

@@ -94,6 +94,8 @@ class Inspection:
     record_types: dict[str, int]
     compactions: list[CompactionInfo]
     warnings: list[str]
+    #: The store the session was read from, when it is not a file of its own.
+    origin: str | None = None
 
     @property
     def api_tokens_estimate(self) -> int:
@@ -201,7 +203,8 @@ def summary_to_dict(inspection: Inspection) -> JSONObject:
     orphans = find_orphans(api.messages)
     record_types: JSONObject = dict(inspection.record_types.items())
     return {
-        "path": str(transcript.path),
+        "path": None if inspection.origin else str(transcript.path),
+        "store": inspection.origin,
         "file_bytes": inspection.file_bytes,
         "session_id": transcript.session_id,
         "workspace": header.workspace if header else None,

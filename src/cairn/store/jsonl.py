@@ -44,7 +44,7 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
-from cairn.store.paths import session_path
+from cairn.store.paths import TRANSCRIPT_SUFFIX, cairn_home, check_session_id, session_path
 from cairn.store.records import (
     CheckpointError,
     CompactionRecord,
@@ -219,6 +219,27 @@ def read_transcript(path: str | Path) -> Transcript:
     if data.strip() and not transcript.records:
         raise NotATranscriptError(f"{path} is not a Cairn transcript (no valid record found)")
     return transcript
+
+
+def write_transcript(path: str | Path, records: Sequence[Record]) -> int:
+    """Write ``records`` as a new session file that appears whole or not at all.
+
+    Each record is encoded as a writer would encode it, so records read from
+    a file Cairn wrote come out as the same bytes. Raises
+    ``TranscriptWriteError`` (the file exists, or cannot be written). Returns
+    the bytes written.
+    """
+    path = Path(path)
+    where = f"cannot write {path}"
+    data = b"".join(_encode(record, where)[0] for record in records)
+    try:
+        _make_dirs(path.parent)
+        if path.exists():
+            raise TranscriptWriteError(f"{where}: it already exists")
+        os.close(_create_whole(path, data))
+    except OSError as exc:
+        raise TranscriptWriteError(f"{where}: {_reason(exc)}") from None
+    return len(data)
 
 
 class JsonlTranscriptStore:
@@ -724,3 +745,22 @@ class JsonlStoreFactory:
 
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         return self.path(workspace, session_id).with_suffix("")
+
+    def find(self, session_id: str) -> str | None:
+        try:
+            name = check_session_id(session_id) + TRANSCRIPT_SUFFIX
+        except ValueError:
+            return None
+        projects = (self._home if self._home is not None else cairn_home()) / "projects"
+        for path in sorted(projects.glob(f"*/{name}")):
+            try:
+                with path.open("rb") as handle:
+                    header = decode_line(handle.readline())
+            except (OSError, RecordFormatError):
+                continue
+            if isinstance(header, SessionRecord) and header.session_id == session_id:
+                return header.workspace
+        return None
+
+    def close(self) -> None:
+        pass  # nothing held: each store owns its file

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -87,7 +87,10 @@ def render_summary(inspection: Inspection) -> RenderableType:
     def fact(label: str, value: str | Text) -> None:
         facts.add_row(label, value if isinstance(value, Text) else Text(value))
 
-    fact("file", f"{transcript.path} ({_size(inspection.file_bytes)})")
+    if inspection.origin:
+        fact("store", f"{inspection.origin} ({_size(inspection.file_bytes)} as JSONL)")
+    else:
+        fact("file", f"{transcript.path} ({_size(inspection.file_bytes)})")
     fact("session", transcript.session_id or "(no session header)")
     if header is not None:
         fact("workspace", header.workspace)
@@ -372,12 +375,18 @@ def run_inspect(
     view: ViewName | None = None,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
+    origin: str | None = None,
 ) -> int:
-    """``cairn inspect``; returns the exit code (0, or 2 when the path is unusable)."""
+    """``cairn inspect``; returns the exit code (0, or 2 when the path is unusable).
+
+    ``origin`` names the store ``path`` is a copy of (a session read from it).
+    """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     try:
         inspection = inspect_transcript(path)
+        if origin is not None:
+            inspection = replace(inspection, origin=origin)
     except InspectError as exc:
         message = " ".join(str(exc).splitlines())
         err.write(f"cairn inspect: {message}\n")

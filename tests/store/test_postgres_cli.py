@@ -1,0 +1,108 @@
+"""The PostgreSQL store from the command line: chosen by ``CAIRN_STORE_URL`` or ``store.url``,
+sessions moved losslessly with ``cairn sessions export/import``, and ``cairn inspect`` /
+``cairn replay`` of a stored session. Real ``cairn`` subprocesses, a real server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cairn.store import read_transcript
+from cairn.store.postgres import PostgresStoreFactory
+from cli_run import cairn_p
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    openai_server_fixture,
+)
+from postgres_server import postgres_server_fixture, postgres_url_fixture  # noqa: F401
+from stored_session import make_session
+
+
+def _env(tmp_path: Path, url: str) -> dict[str, str]:
+    return {"CAIRN_HOME": str(tmp_path / "home"), "CAIRN_STORE_URL": url}
+
+
+def test_a_session_moves_jsonl_to_postgresql_and_back_byte_for_byte(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    env = _env(tmp_path, postgres_url)
+    imported = cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env)
+    assert imported.returncode == 0, imported.stderr
+    assert "imported s1 into postgresql://" in imported.stdout
+
+    listed = cairn_p("sessions", "list", cwd=tmp_path, env=env)
+    assert listed.stdout.split()[0] == "s1"
+
+    out = tmp_path / "back.jsonl"
+    exported = cairn_p("sessions", "export", "s1", str(out), cwd=tmp_path, env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert out.read_bytes() == source.read_bytes()
+    # Nothing went to the JSONL home: the store is the database.
+    assert not (tmp_path / "home" / "projects").exists()
+
+
+def test_inspect_and_replay_read_a_stored_session(tmp_path: Path, postgres_url: str) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    env = _env(tmp_path, postgres_url)
+    assert cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env).returncode == 0
+
+    inspected = cairn_p("inspect", "s1", "--json", cwd=tmp_path, env=env)
+    assert inspected.returncode == 0, inspected.stderr
+    summary = json.loads(inspected.stdout)
+    assert summary["store"].startswith("postgresql://")
+    on_file = json.loads(cairn_p("inspect", str(source), "--json", cwd=tmp_path, env=env).stdout)
+    for key in ("records", "record_types", "ui_messages", "api_messages", "checkpoints"):
+        assert summary[key] == on_file[key], key
+
+    replayed = cairn_p("replay", "s1", "--window", "8192", "--json", cwd=tmp_path, env=env)
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["format"] == "cairn"
+
+
+def test_cairn_p_keeps_its_sessions_in_the_database_the_url_names(
+    tmp_path: Path, postgres_url: str, openai_server: OpenAIServer
+) -> None:
+    openai_server.respond_with(lambda body: Reply(text=f"answer {len(body['messages'])}"))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {
+        **_env(tmp_path, postgres_url),
+        "CAIRN_MODEL": "test-model",
+        "OPENAI_BASE_URL": openai_server.base_url,
+    }
+    first = cairn_p("-p", "hello", "--output-format", "json", cwd=workspace, env=env)
+    assert first.returncode == 0, first.stderr
+    session_id = json.loads(first.stdout)["session_id"]
+    again = cairn_p(
+        "-p", "and again", "--resume", session_id, "--output-format", "json", cwd=workspace, env=env
+    )
+    assert again.returncode == 0, again.stderr
+
+    with PostgresStoreFactory(postgres_url) as stores:
+        transcript = stores.read_session(session_id)
+    texts = [m.text for m in transcript.ui()]
+    assert texts[:2] == ["hello", "answer 2"] and "and again" in texts
+    assert not (tmp_path / "home" / "projects").exists()
+
+
+def test_store_url_in_settings_selects_the_database(tmp_path: Path, postgres_url: str) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    settings = tmp_path / "home" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"store": {"url": postgres_url}}))
+    env = {"CAIRN_HOME": str(tmp_path / "home")}
+    assert cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env).returncode == 0
+    with PostgresStoreFactory(postgres_url) as stores:
+        assert read_transcript(source).records == stores.read_session("s1").records
+
+
+def test_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
+    url = f"postgresql://bob:secret@/nowhere?host={tmp_path}/no-socket"
+    done = cairn_p("sessions", "list", cwd=tmp_path, env=_env(tmp_path, url))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cairn sessions list: ")
+    assert "secret" not in done.stderr

@@ -1,0 +1,113 @@
+"""``cairn sessions list/export/import``, and ``inspect``/``replay`` of a session id, on JSONL.
+
+The same commands against PostgreSQL are in ``tests/store/test_postgres_cli.py``.
+Every command runs as a real ``cairn`` subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cairn.store import JsonlStoreFactory, read_transcript
+from cli_run import cairn_p
+from stored_session import make_session
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"CAIRN_HOME": str(tmp_path / "home")}
+
+
+def test_export_writes_the_session_byte_for_byte(tmp_path: Path, env: dict[str, str]) -> None:
+    source = make_session(tmp_path / "home", tmp_path)
+    out = tmp_path / "out" / "copy.jsonl"
+    done = cairn_p("sessions", "export", "s1", str(out), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "exported s1" in done.stdout and "8 records" in done.stdout
+    assert out.read_bytes() == source.read_bytes()
+
+
+def test_import_then_export_is_lossless(tmp_path: Path, env: dict[str, str]) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    done = cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    imported = JsonlStoreFactory(tmp_path / "home").path(tmp_path, "s1")
+    assert imported.read_bytes() == source.read_bytes()
+    # The imported session resumes from its checkpoint like the original.
+    again = read_transcript(imported)
+    assert again.api().messages == read_transcript(source).api().messages
+
+
+def test_import_refuses_a_session_the_store_holds(tmp_path: Path, env: dict[str, str]) -> None:
+    source = make_session(tmp_path / "home", tmp_path)
+    before = source.read_bytes()
+    done = cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "cairn sessions import: session s1 is already in the store; nothing imported"
+    )
+    assert source.read_bytes() == before
+
+
+def test_export_refuses_to_overwrite_a_file(tmp_path: Path, env: dict[str, str]) -> None:
+    make_session(tmp_path / "home", tmp_path)
+    out = tmp_path / "taken.jsonl"
+    out.write_text("mine\n")
+    done = cairn_p("sessions", "export", "s1", str(out), cwd=tmp_path, env=env)
+    assert done.returncode == 2
+    assert "already exists" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert out.read_text() == "mine\n"
+
+
+def test_an_unknown_session_is_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+    done = cairn_p("sessions", "export", "nope", str(tmp_path / "x.jsonl"), cwd=tmp_path, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "cairn sessions export: no session 'nope' in the store"
+
+
+def test_list_shows_the_workspace_sessions(tmp_path: Path, env: dict[str, str]) -> None:
+    make_session(tmp_path / "home", tmp_path, "s1")
+    make_session(tmp_path / "home", tmp_path, "s2")
+    done = cairn_p("sessions", "list", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert {line.split()[0] for line in done.stdout.splitlines()} == {"s1", "s2"}
+
+
+def test_inspect_takes_a_session_id(tmp_path: Path, env: dict[str, str]) -> None:
+    make_session(tmp_path / "home", tmp_path)
+    done = cairn_p("inspect", "s1", "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["session_id"] == "s1"
+    assert (summary["path"], summary["store"]) == (None, "the JSONL store (CAIRN_HOME)")
+    assert summary["records"] == 8
+    assert summary["checkpoints"] == {"valid": 1, "invalid": 0}
+
+
+def test_inspect_of_an_unknown_id_names_the_store(tmp_path: Path, env: dict[str, str]) -> None:
+    done = cairn_p("inspect", "nope", cwd=tmp_path, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "cairn inspect: nope: no such file, and no session 'nope' in the JSONL store (CAIRN_HOME)"
+    )
+
+
+def test_replay_takes_a_session_id(tmp_path: Path, env: dict[str, str]) -> None:
+    make_session(tmp_path / "home", tmp_path)
+    done = cairn_p("replay", "s1", "--window", "8192", "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["format"] == "cairn"
+
+
+def test_a_store_url_that_is_not_postgres_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    bad = {**env, "CAIRN_STORE_URL": "mysql://bob:secret@db/cairn"}
+    done = cairn_p("sessions", "list", cwd=tmp_path, env=bad)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "cairn sessions list: CAIRN_STORE_URL must be a PostgreSQL URL "
+        "(postgresql://user@host/database), got 'mysql://bob:***@db/cairn'"
+    )
