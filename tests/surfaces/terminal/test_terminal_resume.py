@@ -8,11 +8,10 @@ from pathlib import Path
 from cairn import AgentSession
 from cairn.agent.session import Runtime
 from cairn.agent.settings import Settings
-from cairn.messages import KIND_COMPACT_SUMMARY, Message, MessageMeta, assistant, user
 from cairn.provider import ModelConfig, OpenAIProvider
-from cairn.store import CompactionRecord, JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.widgets import MessageList
+from long_session import LONG, write_long_session
 
 PAIRS = 5_000
 
@@ -23,24 +22,10 @@ def test_a_resumed_session_of_10000_messages_renders_the_latest_30_and_keeps_all
     workspace = tmp_path / "ws"
     workspace.mkdir()
     home = tmp_path / "home"
-    stores = JsonlStoreFactory(home)
-    # Written straight through the store: a real transcript, as a long past session left it.
-    with stores.create(workspace, SessionRecord("long", str(workspace))) as store:
-        for n in range(PAIRS):
-            store.append(MessageRecord(user(f"question {n}")))
-            store.append(MessageRecord(assistant(f"answer {n}")))
-            if n == PAIRS // 2:
-                block = Message(
-                    "user",
-                    "Summary of the first half.",
-                    meta=MessageMeta(kind=KIND_COMPACT_SUMMARY),
-                )
-                store.save_compaction(
-                    CompactionRecord("auto", "llm", 40_000, 900, "the first half", (block,))
-                )
+    write_long_session(home, workspace, PAIRS)
     model = ModelConfig(model="test-model", base_url="http://127.0.0.1:9/v1", context_window=32_768)
     rt = Runtime(workspace, model, OpenAIProvider(model), settings=Settings(), home=home)
-    agent = AgentSession.resume(rt, "long")
+    agent = AgentSession.resume(rt, LONG)
     app = CairnApp(rt, agent)
     seen: dict[str, object] = {}
 

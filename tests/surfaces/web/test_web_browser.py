@@ -25,9 +25,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
 
-from cairn.messages import KIND_COMPACT_SUMMARY, Message, MessageMeta, assistant, user
-from cairn.store import CompactionRecord, JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.tail import stream_tail
+from long_session import write_long_session
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -388,24 +387,7 @@ def test_a_10000_message_session_scrolls(
 ) -> None:
     server = web()
     pairs = 5_000
-    stores = JsonlStoreFactory(server.home)
-    # Written straight through the store: a real transcript, as a long past session left it.
-    with stores.create(server.workspace, SessionRecord("long", str(server.workspace))) as store:
-        for n in range(pairs):
-            store.append(MessageRecord(user(f"question {n}")))
-            store.append(MessageRecord(assistant(f"answer {n}")))
-            if n == pairs // 2:
-                block = Message(
-                    "user",
-                    "Summary of the first half.",
-                    meta=MessageMeta(
-                        kind=KIND_COMPACT_SUMMARY,
-                        extra={"pre_tokens": 40_000, "post_tokens": 900, "strategy": "llm"},
-                    ),
-                )
-                store.save_compaction(
-                    CompactionRecord("auto", "llm", 40_000, 900, "the first half", (block,))
-                )
+    write_long_session(server.home, server.workspace, pairs)
     load(page, server)
     page.locator('#sessions .session[data-session="long"]').click()
     page.locator('.pane[data-pane="p1"][data-session="long"]').wait_for()
