@@ -15,6 +15,9 @@ packages); playwright never downloads one. Use::
 
 The page records every frame it sends in ``window.__sent`` and every use of
 ``Notification`` in ``window.__notified``, so a test can say what it did not send.
+``window.__hold = "history"`` keeps the frames of that type from the server (in
+``window.__held``) until ``window.__release()`` sends them: the page has asked, the
+answer is not there yet, and the test can look at the page in between.
 """
 
 from __future__ import annotations
@@ -45,10 +48,21 @@ WAIT_MS = 20_000
 #: Run in the page before its own scripts: what it sends, and any notification.
 RECORDER = """
 window.__sent = [];
+window.__hold = null;
+window.__held = [];
 const send = WebSocket.prototype.send;
 WebSocket.prototype.send = function (data) {
-  window.__sent.push(JSON.parse(data));
+  const frame = JSON.parse(data);
+  window.__sent.push(frame);
+  if (frame.type === window.__hold) {
+    window.__held.push([this, data]);
+    return undefined;
+  }
   return send.call(this, data);
+};
+window.__release = () => {
+  window.__hold = null;
+  for (const [socket, data] of window.__held.splice(0)) send.call(socket, data);
 };
 window.__notified = [];
 window.Notification = class {

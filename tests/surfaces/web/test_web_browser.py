@@ -1,6 +1,7 @@
 """``cairn web``'s page in a real headless Chromium (seed 004's browser stories): the
 compaction hint and its tail, split panes working in parallel, the guard, a resumed
-history with three compactions, a 10,000-message session, the token, permissions.
+history with three compactions, a 10,000-message session paged in as the user scrolls
+up, the token, permissions.
 
 The server is the real app under uvicorn, the model the local OpenAI server; a held
 reply (``Reply(hold=..., hold_after=...)``) stops a stream at an exact character, so
@@ -10,7 +11,6 @@ the page can be looked at there. See ``tests/web_browser.py`` for the fixtures.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import re
 import threading
@@ -25,8 +25,10 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
 
+from cairn.messages import ToolCall, assistant, tool_result, user
+from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.tail import stream_tail
-from long_session import write_long_session
+from long_session import LONG, write_long_session
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -382,59 +384,224 @@ def test_a_resumed_session_with_three_compact_blocks_renders_in_order(
     expect(meter).to_contain_text("3 compactions")
 
 
-def test_a_10000_message_session_scrolls(
+#: In a page's function: wait until the list settled — two frames (a layout, then the
+#: one its scroll event asks for).
+SETTLED = "const settled = () => new Promise((done) => requestAnimationFrame(() => "
+SETTLED += "requestAnimationFrame(done)));\n"
+
+#: The first row in the pane's view: its key and where it is on the screen.
+FIRST_IN_VIEW = (
+    "async (id) => {"
+    + SETTLED
+    + """  await settled();
+  const s = document.querySelector(`.pane[data-pane="${id}"] .messages`);
+  const box = s.getBoundingClientRect();
+  const row = [...s.querySelectorAll(".row")]
+    .filter((r) => r.getBoundingClientRect().bottom > box.top)
+    .sort((a, b) => Number(a.dataset.index) - Number(b.dataset.index))[0];
+  return { key: row.dataset.key, top: row.getBoundingClientRect().top };
+}"""
+)
+
+#: Where the row with ``key`` is on the screen now (null: not rendered), and the DOM's rows.
+WHERE_IS = (
+    "async ([id, key]) => {"
+    + SETTLED
+    + """  await settled();
+  const s = document.querySelector(`.pane[data-pane="${id}"] .messages`);
+  const row = s.querySelector(`.row[data-key="${key}"]`);
+  return { top: row ? row.getBoundingClientRect().top : null,
+           rows: s.querySelectorAll(".row").length };
+}"""
+)
+
+#: Scroll the whole list from its top to its end a view at a time: every row once, by
+#: its index (kind, key, text), the most rows the DOM held, and whether two overlapped.
+SWEEP = (
+    "async (id) => {"
+    + SETTLED
+    + """
+  const s = document.querySelector(`.pane[data-pane="${id}"] .messages`);
+  const seen = new Map();
+  let most = 0;
+  let overlaps = 0;
+  s.scrollTop = 0;
+  for (let step = 0; step < 100000; step++) {
+    await settled();
+    const placed = [...s.querySelectorAll(".row")]
+      .sort((a, b) => Number(a.dataset.index) - Number(b.dataset.index));
+    most = Math.max(most, placed.length);
+    for (let i = 0; i < placed.length; i++) {
+      const row = placed[i];
+      const summary = row.querySelector(":scope > details > summary");
+      seen.set(Number(row.dataset.index),
+               [row.classList[1], row.dataset.key, (summary ?? row).textContent]);
+      const above = i ? placed[i - 1].getBoundingClientRect().bottom : -Infinity;
+      if (row.getBoundingClientRect().top < above - 0.5) overlaps += 1;
+    }
+    if (s.scrollTop + s.clientHeight >= s.scrollHeight - 1) break;
+    s.scrollTop += s.clientHeight + 400;  // the list renders 800 px beyond the view
+  }
+  const indices = [...seen.keys()].sort((a, b) => a - b);
+  return { indices, rows: indices.map((i) => seen.get(i)), most, overlaps };
+}"""
+)
+
+
+def start_of(page: Page, pane_id: str) -> int:
+    """The history position of the first message the pane holds (0: it holds them all)."""
+    return int(pane(page, pane_id).get_attribute("data-start") or 0)
+
+
+def earlier_line(page: Page, pane_id: str) -> str | None:
+    """The line before the list while earlier messages are not there (``None``: hidden)."""
+    line = pane(page, pane_id).locator(".earlier")
+    return None if line.is_hidden() else line.text_content()
+
+
+def open_long(page: Page, server: WebServer) -> None:
+    load(page, server)
+    page.locator(f'#sessions .session[data-session="{LONG}"]').click()
+    page.locator(f'.pane[data-pane="p1"][data-session="{LONG}"]').wait_for()
+
+
+def scroll_to_top(page: Page, pane_id: str) -> None:
+    pane(page, pane_id).locator(".messages").evaluate("(s) => { s.scrollTop = 0; }")
+
+
+def page_back(page: Page, pane_id: str) -> None:
+    """Scroll to the top and wait until the page asked for has come and is laid out.
+
+    The frame is held until the row in view is measured, and the row must be where it
+    was once the earlier page is in: prepending moved nothing on the screen.
+    """
+    before = start_of(page, pane_id)
+    page.evaluate("window.__hold = 'history'")
+    scroll_to_top(page, pane_id)
+    wait_js(page, "() => window.__held.length === 1", what="the page asks for earlier messages")
+    assert earlier_line(page, pane_id) == "loading earlier messages…"
+    first = page.evaluate(FIRST_IN_VIEW, pane_id)
+    page.evaluate("window.__release()")
+    wait_js(
+        page,
+        "([id, before]) => Number(document.querySelector("
+        '`.pane[data-pane="${id}"]`).dataset.start) < before',
+        [pane_id, before],
+        f"the page before {before}",
+    )
+    now = page.evaluate(WHERE_IS, [pane_id, first["key"]])
+    assert now["top"] is not None and abs(now["top"] - first["top"]) <= 1, (first, now)
+    assert now["rows"] < 200
+
+
+def history_asked(page: Page) -> list[tuple[int, int]]:
+    return [(f["before"], f["limit"]) for f in sent(page) if f["type"] == "history"]
+
+
+def test_a_10000_message_session_opens_at_its_end_and_pages_back_to_the_first_in_order(
     web: Callable[..., WebServer], page: Page, model: Model
 ) -> None:
     server = web()
-    pairs = 5_000
-    write_long_session(server.home, server.workspace, pairs)
-    load(page, server)
-    page.locator('#sessions .session[data-session="long"]').click()
-    page.locator('.pane[data-pane="p1"][data-session="long"]').wait_for()
-    assert total_rows(page, "p1") == 2 * pairs + 1
-    scroller = pane(page, "p1").locator(".messages")
-    dom_rows = pane(page, "p1").locator(".row")
+    ids = write_long_session(server.home, server.workspace)
+    assert len(ids) == 10_001
+    open_long(page, server)
 
     def row(text: str) -> Any:
         return pane(page, "p1").locator(".row", has_text=re.compile(f"^{text}$"))
 
-    def scroll_to(where: str) -> None:
-        scroller.evaluate(f"(s) => {{ s.scrollTop = {where}; }}")
-
-    # It opens at the end: the last message in view, a few rows in the DOM.
+    # It opens with the last page only, at its end: the last message in view.
+    assert total_rows(page, "p1") == 300 and start_of(page, "p1") == 9_701
     expect(row("answer 4999")).to_be_in_viewport()
-    assert dom_rows.count() < 200
-    scroll_to("0")
+    assert earlier_line(page, "p1") == "9,701 earlier messages"
+    assert history_asked(page) == []  # far from the top: nothing asked yet
+    # Each time the view reaches the top, the page before comes, and nothing moves.
+    pages = 0
+    while start_of(page, "p1") > 0:
+        page_back(page, "p1")
+        pages += 1
+        assert total_rows(page, "p1") == 10_001 - start_of(page, "p1")
+    assert pages == 33 and earlier_line(page, "p1") is None
+    befores = [before for before, _ in history_asked(page)]
+    assert befores == list(range(9_701, 0, -300)) and {n for _, n in history_asked(page)} == {300}
+    # Every entry is there once, in order, and the DOM never held 200 rows.
+    swept = page.evaluate(SWEEP, "p1")
+    assert swept["indices"] == list(range(10_001))
+    assert [key for _, key, _ in swept["rows"]] == ids
+    assert swept["most"] < 200 and swept["overlaps"] == 0
+    texts = [text for kind, _, text in swept["rows"] if kind != "compact"]
+    assert texts[:2] == ["question 0", "answer 0"] and texts[-1] == "answer 4999"
+    # The scroll ends at the end, and the first message is back at the top.
+    expect(row("answer 4999")).to_be_in_viewport()
+    scroll_to_top(page, "p1")
     expect(row("question 0")).to_be_in_viewport()
-    assert dom_rows.count() < 200
-    for share in (0.25, 0.5, 0.75):
-        scroll_to(f"s.scrollHeight * {share}")
-        wait_js(
-            page,
-            "() => { const s = document.querySelector('.pane[data-pane=\"p1\"] .messages');"
-            " return [...s.querySelectorAll('.row')].some((r) => {"
-            " const a = r.getBoundingClientRect(), b = s.getBoundingClientRect();"
-            " return a.bottom > b.top && a.top < b.bottom; }); }",
-            what=f"rows in view at {share:.0%}",
-        )
-        # The rendered rows, in order: one run of indices, each row below the one before.
-        placed = page.evaluate(
-            """async () => {
-                 await new Promise((done) => requestAnimationFrame(() => done()));
-                 const list = document.querySelector('.pane[data-pane="p1"] .messages');
-                 return [...list.querySelectorAll('.row')]
-                   .map((r) => [Number(r.dataset.index), r.getBoundingClientRect().top,
-                                r.getBoundingClientRect().bottom])
-                   .sort((a, b) => a[0] - b[0]);
-               }"""
-        )
-        indices = [index for index, _, _ in placed]
-        assert 0 < len(indices) < 200
-        assert indices == list(range(indices[0], indices[0] + len(indices)))
-        assert all(b[1] >= a[2] - 0.5 for a, b in itertools.pairwise(placed))  # no overlap
-    scroll_to("s.scrollHeight")
-    expect(row("answer 4999")).to_be_in_viewport()
-    assert dom_rows.count() < 200
+    assert pane(page, "p1").locator(".row").count() < 200
+    assert len(history_asked(page)) == 33  # nothing more to ask for
+
+
+def test_a_message_arriving_while_an_earlier_page_loads_shows_once_at_the_end(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    model.answer = lambda body: "the live answer"
+    server = web()
+    ids = write_long_session(server.home, server.workspace, pairs=400)  # 801 entries
+    open_long(page, server)
+    assert start_of(page, "p1") == 501
+    page.evaluate("window.__hold = 'history'")
+    scroll_to_top(page, "p1")
+    wait_js(page, "() => window.__held.length === 1", what="the page asks for earlier messages")
+    # While the page before is on its way, a turn: its messages come live.
+    grown(page, "p1", lambda: submit(page, "p1", "a question while the page loads"), 2)
+    assert [(r["kind"], r["text"]) for r in rows(page, "p1")][-2:] == [
+        ("user", "a question while the page loads"),
+        ("assistant", "the live answer"),
+    ]
+    assert earlier_line(page, "p1") == "loading earlier messages…"
+    page.evaluate("window.__release()")
+    wait_js(
+        page,
+        "() => document.querySelector('.pane[data-pane=\"p1\"]').dataset.start === '201'",
+        what="the page before 501",
+    )
+    while start_of(page, "p1") > 0:
+        page_back(page, "p1")
+    assert history_asked(page) == [(501, 300), (201, 300)]
+    swept = page.evaluate(SWEEP, "p1")
+    assert swept["indices"] == list(range(803)) and swept["most"] < 200
+    assert [key for _, key, _ in swept["rows"]][:801] == ids
+    assert [(kind, text) for kind, _, text in swept["rows"][801:]] == [
+        ("user", "a question while the page loads"),
+        ("assistant", "the live answer"),
+    ]
+
+
+def test_a_tool_call_whose_result_begins_the_last_page_is_one_row_once_the_page_before_comes(
+    web: Callable[..., WebServer], page: Page
+) -> None:
+    server = web()
+    call = ToolCall("c1", "bash", '{"command": "ls calc"}')
+    with JsonlStoreFactory(server.home).create(
+        server.workspace, SessionRecord(LONG, str(server.workspace))
+    ) as store:
+        # Positions 0 and 1 (the call) fall before the last 300 entries; 2 (its result) begins them.
+        store.append(MessageRecord(user("list the calc files")))
+        store.append(MessageRecord(assistant(None, [call])))
+        store.append(MessageRecord(tool_result("c1", "calc.py", name="bash")))
+        for n in range(299):
+            store.append(MessageRecord(user(f"question {n}") if n % 2 else assistant(f"a{n}")))
+    open_long(page, server)
+    assert start_of(page, "p1") == 2
+    while start_of(page, "p1") > 0:
+        page_back(page, "p1")
+    first = rows(page, "p1")[:3]
+    assert [(r["kind"], r["text"]) for r in first] == [
+        ("user", "list the calc files"),
+        ("tool", 'bash {"command": "ls calc"}'),
+        ("assistant", "a0"),
+    ]
+    tool = pane(page, "p1").locator(".row.tool")
+    expect(tool).to_have_count(1)
+    tool.locator("summary").click()
+    expect(tool.locator(".tool-result")).to_have_text("calc.py")
 
 
 def test_without_the_token_the_page_is_not_served_and_the_socket_is_refused(

@@ -1,6 +1,6 @@
 """``cairn web``'s server alone, without a browser (starlette's test client against the
 local OpenAI server): the token and the Origin, and the WebSocket protocol — panes,
-prompts, commands, events, the guard."""
+prompts, commands, events, the guard, a long session's history a page at a time."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.web import WebSetup, create_app
+from cairn.surfaces.web.hub import HISTORY_LIMIT_MAX, HISTORY_PAGE
+from long_session import LONG, write_long_session
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -270,6 +272,124 @@ def test_a_resumed_session_opens_with_its_whole_history(
     assert users == ["question 0", "question 1", "question 2", "after"]
     block_at = kinds.index(("user", "compact_summary"))
     assert [m["content"] for m in history[block_at + 1 :] if m["role"] == "user"] == ["after"]
+
+
+def long_session(tmp_path: Path, pairs: int = 5_000) -> list[str]:
+    """The long past session in the workspace ``make_client`` serves; its UI entries' ids."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    return write_long_session(tmp_path / "home", workspace, pairs)
+
+
+def ids_of(frame: dict[str, Any]) -> list[str]:
+    return [m["id"] for m in frame["messages"]]
+
+
+def test_a_10000_message_session_opens_with_its_last_page_and_pages_back_to_the_first(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    ids = long_session(tmp_path)
+    assert len(ids) == 10_001
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        opened = p.open("p1", LONG)
+        assert opened["type"] == "opened"
+        assert (opened["start"], opened["total"]) == (10_001 - HISTORY_PAGE, 10_001)
+        assert ids_of(opened) == ids[-HISTORY_PAGE:]
+        shown, start, pages = ids_of(opened), opened["start"], 0
+        while start > 0:
+            p.send(type="history", pane="p1", before=start, limit=HISTORY_LIMIT_MAX)
+            frame = p.until(lambda f: f["type"] == "history")
+            assert frame["pane"] == "p1" and frame["sessionId"] == LONG
+            assert frame["total"] == 10_001
+            assert frame["start"] + len(frame["messages"]) == start  # just before the last
+            assert 0 < len(frame["messages"]) <= HISTORY_LIMIT_MAX
+            shown, start, pages = ids_of(frame) + shown, frame["start"], pages + 1
+        assert shown == ids  # every entry once, in order
+        assert pages == 10  # 9,701 before the first page: ten of at most 1,000
+        # A page asked for again is the same page (positions are stable).
+        p.send(type="history", pane="p1", before=5_000, limit=3)
+        again = p.until(lambda f: f["type"] == "history")
+        assert (again["start"], ids_of(again)) == (4_997, ids[4_997:5_000])
+
+
+def answer_to(p: Page) -> dict[str, Any]:
+    """The next ``history`` or ``error`` frame (the sidebar's ``sessions`` may come between)."""
+    for _ in range(100):
+        frame: dict[str, Any] = p.socket.receive_json()
+        if frame["type"] in ("history", "error"):
+            return frame
+    raise AssertionError("neither a history page nor an error came")
+
+
+def test_bad_history_frames_are_one_line_errors_and_the_socket_stays_open(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    long_session(tmp_path, pairs=50)  # 101 entries
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        p.open("p1", LONG)
+        bad: list[dict[str, Any]] = [
+            {"pane": "p1", "limit": 10},  # no before
+            {"pane": "p1", "before": -1, "limit": 10},
+            {"pane": "p1", "before": "50", "limit": 10},
+            {"pane": "p1", "before": 5.0, "limit": 10},
+            {"pane": "p1", "before": True, "limit": 10},
+            {"pane": "p1", "before": None, "limit": 10},
+            {"pane": "p1", "before": 50},  # no limit
+            {"pane": "p1", "before": 50, "limit": 0},
+            {"pane": "p1", "before": 50, "limit": -3},
+            {"pane": "p1", "before": 50, "limit": HISTORY_LIMIT_MAX + 1},
+            {"pane": "p1", "before": 50, "limit": [10]},
+            {"pane": "p1", "before": 102, "limit": 10},  # past the session's 101 entries
+            {"pane": "p9", "before": 50, "limit": 10},  # no such pane
+            {"before": 50, "limit": 10},  # no pane at all
+        ]
+        for frame in bad:
+            p.send(type="history", **frame)
+            error = answer_to(p)
+            assert error["type"] == "error" and error["pane"] is None, (frame, error)
+            assert error["text"].startswith("history: ") or "no pane" in error["text"], error
+            assert "\n" not in error["text"] and "Traceback" not in error["text"]
+        # The socket is still open, and a good frame is answered.
+        p.send(type="history", pane="p1", before=101, limit=HISTORY_LIMIT_MAX)
+        frame = p.until(lambda f: f["type"] == "history")
+        assert (frame["start"], len(frame["messages"]), frame["total"]) == (0, 101, 101)
+
+
+def test_a_history_page_is_answered_while_the_pane_streams_and_the_stream_goes_on(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    ids = long_session(tmp_path, pairs=200)  # 401 entries: opened holds the last 300
+    gate = threading.Event()
+    openai_server.respond_with(lambda body: Reply(text=ANSWER, hold=gate, hold_after=3))
+    try:
+        with make_client(tmp_path, openai_server) as client, page(client) as p:
+            opened = p.open("p1", LONG)
+            assert opened["start"] == 101
+            p.send(type="prompt", pane="p1", text="a question while I scroll up")
+            p.event("p1", "messageUpdated")  # the answer streams, held after a few pieces
+            p.send(type="history", pane="p1", before=101, limit=HISTORY_PAGE)
+            frame = p.until(lambda f: f["type"] == "history")
+            assert (frame["start"], ids_of(frame)) == (0, ids[:101])
+            gate.set()
+            added = p.until(
+                lambda f: (
+                    f["type"] == "event"
+                    and f["event"]["type"] == "messageAdded"
+                    and f["event"]["message"]["role"] == "assistant"
+                )
+            )
+            assert added["event"]["message"]["content"] == ANSWER
+            p.idle("p1")
+            # The turn's two messages came after the 401, at positions 401 and 402.
+            p.send(type="history", pane="p1", before=403, limit=2)
+            last = p.until(lambda f: f["type"] == "history")
+            assert last["start"] == 401 and last["total"] == 403
+            assert [m["content"] for m in last["messages"]] == [
+                "a question while I scroll up",
+                ANSWER,
+            ]
+    finally:
+        gate.set()
 
 
 def test_a_permission_request_is_answered_by_the_page(

@@ -4,8 +4,15 @@ A page opens one WebSocket; on it, each pane (``p1``, ``p2`` …, named by the
 page) is bound to its own session over its own ``Runtime``, so two panes
 stream, run tools and compact at the same time without sharing a guard. The
 ``Hub`` turns what the page sends (``open``, ``prompt``, ``cancel``,
-``answer``, ``close``, ``list``) into ``AgentSession`` calls and the
-sessions' events into frames, through one writer so their order holds.
+``answer``, ``close``, ``list``, ``history``) into ``AgentSession`` calls and
+the sessions' events into frames, through one writer so their order holds.
+
+A long session is paged: ``opened`` carries only the last ``HISTORY_PAGE``
+entries of its UI view, with ``start`` (the position of the first of them)
+and ``total``; the page asks for earlier ones as the user scrolls up
+(``history {pane, before, limit}``, answered by ``history {pane, sessionId,
+messages, start, total}``). Positions are stable, since entries only ever
+append, so a page fetched while events arrive never overlaps them.
 
 The guard (seed 004, 压缩期间的会话保护): while a pane's session streams, runs
 tools or a background task, or compacts, it cannot switch to another session
@@ -38,12 +45,17 @@ from cairn.agent.tools.base import PermissionMode
 from cairn.errors import CairnError
 from cairn.messages import JSONObject, JSONValue
 from cairn.provider import ChatProvider, ModelConfig
-from cairn.store import TranscriptLockedError
+from cairn.store import TranscriptLockedError, UiPage
 
 log = logging.getLogger(__name__)
 
 #: Frames the page may send, and the fields each needs.
-CLIENT_FRAMES = ("list", "open", "prompt", "cancel", "answer", "close")
+CLIENT_FRAMES = ("list", "open", "prompt", "cancel", "answer", "close", "history")
+#: UI entries ``opened`` carries: the end of the session, however long it is.
+HISTORY_PAGE = 300
+#: The most entries one ``history`` frame may ask for, so no page can make the
+#: server send a whole long session in one frame.
+HISTORY_LIMIT_MAX = 1_000
 
 
 class FrameError(CairnError, ValueError):
@@ -170,6 +182,9 @@ class Hub:
                 self._notice(pane_id, "that permission request had already ended")
         elif kind == "close":
             await self.close_pane(pane_id)
+        elif kind == "history":
+            before = _count(frame, "before", 0)
+            self.history(pane_id, before, _count(frame, "limit", 1, HISTORY_LIMIT_MAX))
 
     # -- panes -----------------------------------------------------------------------
 
@@ -215,19 +230,52 @@ class Hub:
         self._sessions_changed()
 
     def _opened(self, pane: Pane) -> None:
-        messages = [message_to_wire(m) for m in pane.agent.ui_messages()]
+        try:
+            page = pane.agent.ui_page(limit=HISTORY_PAGE)
+        except (CairnError, OSError) as exc:
+            # The pane is bound all the same (new messages still show); say why it is empty.
+            page = UiPage([], 0, 0)
+            self._unreadable(pane.id, exc)
         self._send(
             {
                 "type": "opened",
                 "pane": pane.id,
                 "sessionId": pane.agent.id,
-                "messages": list[JSONValue](messages),
+                "messages": _wire(page),
+                "start": page.start,
+                "total": page.total,
                 "usage": usage_json(pane.agent.usage),
                 "status": pane.agent.status,
                 "busy": pane.busy,
             }
         )
         pane.shown_busy = pane.busy
+
+    def history(self, pane_id: str, before: int, limit: int) -> None:
+        """The ``limit`` entries before position ``before``: a page the user scrolled up to.
+
+        Answered whatever the pane is doing, since it only reads. Events keep
+        flowing around it and never overlap it: they append after everything
+        ``opened`` sent, and the page lies before it.
+        """
+        pane = self._pane(pane_id)
+        try:
+            page = pane.agent.ui_page(before, limit)
+        except (CairnError, OSError) as exc:
+            self._unreadable(pane_id, exc)
+            return
+        if before > page.total:
+            raise FrameError(f"history: before must be at most {page.total}, the session's entries")
+        self._send(
+            {
+                "type": "history",
+                "pane": pane_id,
+                "sessionId": pane.agent.id,
+                "messages": _wire(page),
+                "start": page.start,
+                "total": page.total,
+            }
+        )
 
     async def close_pane(self, pane_id: str) -> None:
         pane = self.panes.pop(pane_id, None)
@@ -375,6 +423,9 @@ class Hub:
     def _refuse(self, pane_id: str, text: str) -> None:
         self._send({"type": "refused", "pane": pane_id, "text": text})
 
+    def _unreadable(self, pane_id: str, exc: Exception) -> None:
+        self._send({"type": "error", "pane": pane_id, "text": f"cannot read the history: {exc}"})
+
 
 def _doing(pane: Pane) -> str:
     status = pane.agent.status
@@ -388,6 +439,24 @@ def _frame(frame: object) -> dict[str, JSONValue]:
         kinds = ", ".join(CLIENT_FRAMES)
         raise FrameError(f"a frame is a JSON object whose type is one of {kinds}")
     return frame
+
+
+def _count(frame: dict[str, JSONValue], key: str, low: int, high: int | None = None) -> int:
+    value = frame.get(key)
+    # A JSON true is a Python int too, and no count.
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise FrameError(f"{frame['type']}: {key} must be an integer {bounds}")
+    return value
+
+
+def _wire(page: UiPage) -> list[JSONValue]:
+    return [message_to_wire(m) for m in page.messages]
 
 
 def _text(frame: dict[str, JSONValue], key: str) -> str:

@@ -122,6 +122,9 @@ function onFrame(frame) {
     case "event":
       pane.event(frame.event);
       break;
+    case "history":
+      pane.history(frame);
+      break;
     case "notice":
       pane.notice(frame.text);
       break;

@@ -1,7 +1,13 @@
-// One pane: a session's whole history (virtualized), the cursor and the compaction
-// hint after it, permission requests, the prompt box and the context meter.
+// One pane: a session's history (virtualized), the cursor and the compaction hint
+// after it, permission requests, the prompt box and the context meter.
+//
+// A long history comes a page at a time: `opened` holds its end, from position
+// `start` on; when the view nears the top of the list and `start > 0`, the pane asks
+// for the page before it (`history`) and puts it before every row, keeping the rows
+// in view where they are. Live events only ever append, so one arriving while a page
+// is on its way is neither lost nor repeated.
 
-import { meterText } from "./labels.js";
+import { countLabel, meterText } from "./labels.js";
 import { cursor, element, renderRow } from "./rows.js";
 import { compactionHint } from "./tail.js";
 import { Transcript } from "./transcript.js";
@@ -9,6 +15,11 @@ import { VirtualList } from "./virtual-list.js";
 
 const DECISIONS = { allow_once: "Allow once", allow_always: "Allow always", reject: "Reject" };
 const EMPTY_USAGE = { latestTotalTokens: null, window: null, inputBudget: null, compactions: 0 };
+// Entries one `history` frame asks for (the server's first page is as long).
+const HISTORY_LIMIT = 300;
+// How near the top of the list (in heights of the view) the next page is asked for, so
+// it is usually there before the user reaches the top.
+const EARLIER_SCREENS = 2;
 
 export class Pane {
   // `host`: {send(frame), focus(pane), close(pane), guardChanged(pane)}
@@ -23,11 +34,19 @@ export class Pane {
     this.compactionText = "";
     this.permissions = [];
     this.transcript = new Transcript();
+    // The history's position of the first message held (0: it holds them all).
+    this.start = 0;
+    // Whether a page was asked for and has not come yet.
+    this.fetching = false;
+    // A page could not be read: ask no more until the session is opened again.
+    this.stalled = false;
     this.build();
     this.list = new VirtualList(this.scroller, {
       rows: () => this.transcript.rows,
       render: renderRow,
+      laidOut: () => this.fetchEarlier(),
     });
+    this.scroller.prepend(this.earlier); // before the list's spacer
     this.redraw();
   }
 
@@ -47,6 +66,8 @@ export class Pane {
     head.append(this.title, this.stop, this.closer);
 
     this.scroller = element("div", "messages");
+    this.earlier = element("div", "earlier");
+    this.earlier.hidden = true;
     this.tail = element("div", "tail");
     this.scroller.append(this.tail);
     this.dialogs = element("div", "permissions");
@@ -77,6 +98,10 @@ export class Pane {
     this.el.dataset.session = frame.sessionId;
     this.transcript = new Transcript();
     for (const message of frame.messages) this.transcript.add(message);
+    this.start = frame.start ?? 0;
+    this.fetching = false;
+    this.stalled = false;
+    this.drawEarlier();
     this.usage = frame.usage ?? EMPTY_USAGE;
     this.busy = Boolean(frame.busy);
     this.status = "idle";
@@ -87,6 +112,29 @@ export class Pane {
     this.list.reset();
     this.redraw();
     this.host.guardChanged(this);
+  }
+
+  // The page just before the first message held (any other — a session this pane no
+  // longer shows, or one asked for twice — is dropped).
+  history(frame) {
+    const { sessionId, messages, start } = frame;
+    if (sessionId !== this.sessionId || !messages.length) return;
+    if (start + messages.length !== this.start) return;
+    this.transcript.prepend(messages);
+    this.start = start;
+    this.fetching = false;
+    this.drawEarlier();
+    this.list.changed();
+  }
+
+  // Near the top of the list with more before it: ask for the page before (the list
+  // calls this after every layout, so scrolling up and a short list both lead here).
+  fetchEarlier() {
+    if (this.start <= 0 || this.fetching || this.stalled || this.sessionId === null) return;
+    if (this.list.viewTop() > this.scroller.clientHeight * EARLIER_SCREENS) return;
+    this.fetching = true;
+    this.drawEarlier();
+    this.host.send({ type: "history", pane: this.id, before: this.start, limit: HISTORY_LIMIT });
   }
 
   state(frame) {
@@ -155,6 +203,12 @@ export class Pane {
   }
 
   error(text) {
+    if (this.fetching) {
+      // Most likely the page could not be read: asking again at once would fail again.
+      this.fetching = false;
+      this.stalled = true;
+      this.drawEarlier();
+    }
     this.transcript.error(text);
     this.list.changed();
   }
@@ -212,6 +266,17 @@ export class Pane {
 
   setFocused(focused) {
     this.el.classList.toggle("focused", focused);
+  }
+
+  // The line before the list while earlier messages are not here yet; as tall whatever
+  // it says, so the rows in view stay put when its words change.
+  drawEarlier() {
+    this.el.dataset.start = String(this.start);
+    this.earlier.hidden = this.start <= 0;
+    if (this.fetching) this.earlier.textContent = "loading earlier messages…";
+    else if (this.stalled) this.earlier.textContent = "earlier messages could not be loaded";
+    else this.earlier.textContent = countLabel(this.start, "earlier message");
+    this.list.schedule();
   }
 
   redraw() {

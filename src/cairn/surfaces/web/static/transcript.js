@@ -1,6 +1,7 @@
 // A pane's rows: every message and compact block of its session, in order, across any
 // number of compactions (old rows are never removed; a block is appended and new
-// messages follow). Events are folded in here; nothing here touches the DOM.
+// messages follow). Events are folded in here, and earlier pages of the history put
+// before every row; nothing here touches the DOM.
 //
 // A row is {key, kind, text, version, …}: kind is user | assistant | tool | notice |
 // error | compact. `version` grows with every change so the list redraws a row once.
@@ -78,6 +79,26 @@ export class Transcript {
       this.append({ key: message.id, kind: "user", text });
     }
     for (const call of message.tool_calls ?? message.toolCalls ?? []) this.toolStarted(call);
+  }
+
+  // An earlier page of the history (the messages just before the first one shown):
+  // folded on its own, then put before every row. The one row both can hold is a tool
+  // call whose result began the later page: it stays where it is and takes the call's
+  // name and arguments, which only the earlier page knew.
+  prepend(messages) {
+    const earlier = new Transcript();
+    for (const message of messages) earlier.add(message);
+    const rows = [];
+    for (const row of earlier.rows) {
+      const shown = this.byKey.get(row.key);
+      if (shown === undefined) {
+        rows.push(row);
+        this.byKey.set(row.key, row);
+      } else if (row.kind === "tool" && !shown.text) {
+        this.change(shown, { name: row.name, text: row.text });
+      }
+    }
+    this.rows = rows.concat(this.rows);
   }
 
   // A streaming response so far (accumulated): one row per message id, updated in place.

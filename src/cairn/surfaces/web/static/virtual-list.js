@@ -2,7 +2,9 @@
 // height — measured once rendered, else estimated (the mean of those measured) — and a
 // spacer as tall as all of them keeps the scrollbar true. While the view is at the
 // bottom it stays there as rows arrive or grow; otherwise the first visible row stays
-// put however the rows above it change.
+// put however the rows above it change — rows grown, rows prepended (an earlier page
+// of the history), or an element before the list (its "earlier messages" line) shown
+// or hidden.
 
 const OVERSCAN_PX = 800;
 const DEFAULT_ROW_PX = 48;
@@ -10,11 +12,13 @@ const PINNED_PX = 24;
 
 export class VirtualList {
   // `scroller` scrolls; `rows()` returns the current array of rows ({key, version});
-  // `render(row)` makes a row's element.
-  constructor(scroller, { rows, render }) {
+  // `render(row)` makes a row's element; `laidOut()`, if given, is called after every
+  // layout (the view may have moved).
+  constructor(scroller, { rows, render, laidOut = () => {} }) {
     this.scroller = scroller;
     this.rowsOf = rows;
     this.render = render;
+    this.laidOut = laidOut;
     this.spacer = document.createElement("div");
     this.spacer.className = "spacer";
     scroller.prepend(this.spacer);
@@ -28,6 +32,8 @@ export class VirtualList {
     this.pinned = true;
     this.frame = 0;
     this.width = 0;
+    // Where the spacer was when the rows were last placed: what the user last saw.
+    this.placedTop = this.spacer.offsetTop;
     scroller.addEventListener("scroll", () => {
       const { scrollTop, scrollHeight, clientHeight } = scroller;
       this.pinned = scrollHeight - scrollTop - clientHeight <= PINNED_PX;
@@ -117,11 +123,12 @@ export class VirtualList {
 
   layout() {
     const rows = this.rowsOf();
-    // Where the first visible row is now (the offsets it was placed by), to keep it
-    // there however the rows above it change — unless the view follows the end.
+    // Where the first visible row is now (the offsets and the spacer position it was
+    // placed by, as the user saw it), to keep it there however the rows above it, or
+    // what comes before the spacer, changed since — unless the view follows the end.
     let anchor = null;
     if (!this.pinned && this.keys.length) {
-      const top = this.viewTop();
+      const top = this.scroller.scrollTop - this.placedTop;
       const index = this.indexAt(top);
       anchor = { key: this.keys[index], delta: top - this.offsets[index] };
     }
@@ -137,6 +144,8 @@ export class VirtualList {
       }
       if (!this.mount(rows)) break;
     }
+    this.placedTop = this.spacer.offsetTop;
+    this.laidOut();
   }
 
   // Render the rows near the viewport, drop the others, measure; whether a height changed.
