@@ -1,6 +1,6 @@
 """The terminal app's pure rules: the render limit, labels, the meter, the hint line,
-which commands are refused, command completion, the transcript entries and the input
-history."""
+which commands are refused, command completion, the transcript entries (and earlier
+pages put before them), the "earlier messages" line and the input history."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from cairn.surfaces.terminal.view import (
     complete,
     completion,
     completion_hint,
+    earlier_messages,
+    earlier_text,
     hint_text,
     meter_text,
     more_label,
@@ -25,6 +27,7 @@ from cairn.surfaces.terminal.view import (
     render_limit,
     session_line,
     visible,
+    window,
 )
 
 
@@ -193,6 +196,47 @@ def test_a_streamed_text_that_ends_in_calls_only_goes_away() -> None:
     t.streamed(message.id, "let me")
     t.add(message)
     assert [e.kind for e in t.entries] == ["tool"]
+
+
+def test_an_earlier_page_goes_first_and_a_call_split_from_its_result_is_one_entry() -> None:
+    call = ToolCall("c1", "bash", '{"command": "ls"}')
+    page = [user("list them"), assistant("", [call]), tool_result("c1", "a.py", name="bash")]
+    page += [assistant("One file."), user("thanks")]
+    t = Transcript()
+    # The later page begins at the call's result (position 2): it knows only the name.
+    assert t.prepend(page[2:], 2) == 3
+    assert [(e.kind, e.text, e.position) for e in t.entries] == [
+        ("tool", "bash", 2),
+        ("assistant", "One file.", 3),
+        ("user", "thanks", 4),
+    ]
+    tool = t.entries[0]
+    assert t.prepend(page[:2], 0) == 1  # the call's entry is the one already held
+    assert [(e.kind, e.text, e.position) for e in t.entries] == [
+        ("user", "list them", 0),
+        ("tool", 'bash {"command": "ls"}', 1),
+        ("assistant", "One file.", 3),
+        ("user", "thanks", 4),
+    ]
+    assert t.entries[1] is tool and tool.detail == "a.py"  # the result it had stays
+    assert t.get(page[0].id) is t.entries[0]
+
+
+def test_the_earlier_line_counts_the_sessions_messages_before_the_first_entry_shown() -> None:
+    t = Transcript()
+    t.prepend([user(f"q{n}") if n % 2 else assistant(f"a{n}") for n in range(40, 50)], 40)
+    t.notice("resumed session long")
+    for n in (50, 51):
+        t.add(user(f"live {n}"), n)
+    entries = t.entries
+    assert window(entries, expanded=False, top=None) == entries  # 13: all fit
+    assert earlier_messages(window(entries, expanded=True, top=None), 52) == 43
+    assert earlier_messages(window(entries, expanded=False, top=5), 52) == 45
+    assert window(entries, expanded=True, top=5) == entries[5:]  # went up: from there on
+    assert earlier_messages(entries[10:11], 52) == 52  # the app's own line: all before it
+    assert earlier_text(9_971) == "9,971 earlier messages — scroll up to load (Ctrl+Home)"
+    assert earlier_text(1) == "1 earlier message — scroll up to load (Ctrl+Home)"
+    assert earlier_text(0) == "more above — scroll up to show (Ctrl+Home)"
 
 
 def test_history_goes_back_and_returns_to_the_draft() -> None:

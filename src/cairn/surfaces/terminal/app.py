@@ -7,6 +7,13 @@ After a compaction the old messages stay; the compact block is appended
 and new messages follow it; only the latest 30 entries (10 expanded) are
 mounted, while the session and the transcript keep everything.
 
+A session opens with only the end of its UI view read from the transcript
+(``HISTORY_PAGE`` entries, ``AgentSession.ui_page``), however long it is. A
+line above the first entry shown counts the messages before it; scrolling to
+the top of the list, or Ctrl+Home, mounts ``EARLIER_STEP`` more above it —
+reading the page before from the transcript once those held run out — and
+leaves what is on the screen where it was.
+
 Every failure a person can cause or meet — a provider error, a hook, a
 store that cannot be opened, a bad command — becomes one notice or error
 block in the list, never a traceback.
@@ -48,15 +55,19 @@ from cairn.store import StoreError
 from cairn.surfaces.terminal.permission import PermissionScreen
 from cairn.surfaces.terminal.picker import SessionPicker
 from cairn.surfaces.terminal.view import (
+    EARLIER_STEP,
+    HISTORY_PAGE,
     Submission,
     Transcript,
     classify,
     completion_hint,
+    earlier_messages,
+    earlier_text,
     hint_text,
     meter_text,
     one_line,
     refusal,
-    visible,
+    window,
 )
 from cairn.surfaces.terminal.widgets import MessageList, PromptInput
 
@@ -67,6 +78,8 @@ KEYS = """Keys:
   Esc / Ctrl+C   cancel the running response or compaction
   Ctrl+C twice   quit (on an idle prompt); Ctrl+D quits too
   Ctrl+O         expand: render the latest 10 messages instead of 30
+  Ctrl+Home      to the top of the list, and earlier messages above it (so does
+                 scrolling up at the top)
   Up / Down      input history (from the prompt's first / last line)"""
 
 EXIT_ARMED = "Press Ctrl+C again to exit"
@@ -89,6 +102,7 @@ class CairnApp(App[None]):
         Binding("ctrl+c", "interrupt", "Cancel / quit", priority=True),
         Binding("ctrl+d", "quit_app", "Quit", priority=True),
         Binding("ctrl+o", "toggle_expanded", "Expand", priority=True),
+        Binding("ctrl+home", "earlier", "Earlier messages", priority=True),
         Binding("escape", "cancel", "Cancel"),
     ]
 
@@ -100,6 +114,12 @@ class CairnApp(App[None]):
         self.agent = agent
         self.transcript = Transcript()
         self.expanded = False
+        #: The UI view position of the first message read from the transcript (0: all read).
+        self._history_start = 0
+        #: The position the next message of the session takes (every one so far is known).
+        self._next_position = 0
+        #: The first entry mounted, once the user went up (``None``: the latest ones).
+        self._top: int | None = None
         #: The hint line's text, as shown (empty: hidden).
         self.hint = ""
         self._compacting = False
@@ -143,16 +163,20 @@ class CairnApp(App[None]):
     # -- sessions ----------------------------------------------------------
 
     def _open(self, agent: AgentSession, *, announce: str | None) -> None:
-        """Show ``agent``: its whole UI history, then follow its events."""
+        """Show ``agent``: the end of its UI history, then follow its events."""
         self.agent = agent
         self.transcript = Transcript()
         self._compacting, self._compaction_text, self._streamed = False, "", ""
         self._status = agent.status
+        self._history_start = self._next_position = 0
+        self._top = None
         try:
-            for message in agent.ui_messages():
-                self.transcript.add(message)
+            page = agent.ui_page(limit=HISTORY_PAGE)
         except (CairnError, OSError) as exc:
             self.transcript.error(f"cannot read the session: {one_line(str(exc), 300)}")
+        else:
+            self.transcript.prepend(page.messages, page.start)
+            self._history_start, self._next_position = page.start, page.total
         self._meter_tokens = agent.usage.latest_total_tokens
         if announce:
             self.transcript.notice(announce)
@@ -178,7 +202,8 @@ class CairnApp(App[None]):
                 self.transcript.streamed(message_id, content)
                 self._streamed = content or reasoning
             case MessageAdded(message=message):
-                self.transcript.add(message)
+                self.transcript.add(message, self._next_position)
+                self._next_position += 1
                 if message.role == "assistant":
                     self._streamed = ""
             case ToolStarted(call=call):
@@ -192,7 +217,8 @@ class CairnApp(App[None]):
             case CompactionContentUpdate(content=content):
                 self._compaction_text = content
             case CompactBlockAdded(block=block):
-                self.transcript.add(block)
+                self.transcript.add(block, self._next_position)
+                self._next_position += 1
                 post = block.meta.extra.get("post_tokens")
                 if isinstance(post, int):
                     self._meter_tokens = post
@@ -247,8 +273,33 @@ class CairnApp(App[None]):
     # -- drawing -----------------------------------------------------------
 
     def _refresh(self) -> None:
-        self.query_one(MessageList).sync(visible(self.transcript.entries, self.expanded))
+        entries = self.transcript.entries
+        shown = window(entries, self.expanded, self._top)
+        above = len(shown) < len(entries) or self._history_start > 0
+        earlier = earlier_text(earlier_messages(shown, self._next_position)) if above else None
+        self.query_one(MessageList).sync(shown, earlier)
         self._refresh_hint()
+
+    def _load_earlier(self) -> None:
+        """Mount ``EARLIER_STEP`` more entries above the first shown, reading a page if need be."""
+        entries = self.transcript.entries
+        first = len(entries) - len(window(entries, self.expanded, self._top))
+        if first < EARLIER_STEP and self._history_start > 0:
+            try:
+                page = self.agent.ui_page(self._history_start, HISTORY_PAGE)
+            except (CairnError, OSError) as exc:
+                self.transcript.error(f"cannot read earlier messages: {one_line(str(exc), 300)}")
+                self._refresh()
+                return
+            first += self.transcript.prepend(page.messages, page.start)
+            self._history_start = page.start
+        if first > 0:
+            self._top = max(0, first - EARLIER_STEP)
+            self._refresh()
+
+    def on_message_list_reached_top(self, event: MessageList.ReachedTop) -> None:
+        event.stop()
+        self._load_earlier()
 
     def _refresh_hint(self) -> None:
         text = EXIT_ARMED if self._exit_armed and not self.busy else ""
@@ -493,8 +544,17 @@ class CairnApp(App[None]):
 
     def action_toggle_expanded(self) -> None:
         self.expanded = not self.expanded
+        self._top = None  # the view renders the latest 10 (or 30) again
         self.query_one(MessageList).expand_all(self.expanded)
         self._refresh()
+
+    def action_earlier(self) -> None:
+        """Ctrl+Home: to the top of the list, and the entries before it mounted above."""
+        messages = self.query_one(MessageList)
+        # Reaching the top this way must not mount a second step: the call below does one.
+        with messages.prevent(MessageList.ReachedTop):
+            messages.scroll_home(animate=False, immediate=True)
+        self._load_earlier()
 
     def _cancel(self) -> None:
         """Stop the response, or the compaction, at its next safe point (the session's cancel)."""

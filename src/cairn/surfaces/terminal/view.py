@@ -1,10 +1,11 @@
 """The terminal app's rules as small pure functions, and the message list it owns.
 
 Nothing here touches Textual: which messages are rendered (the latest 30,
-10 in expanded mode — seed 004), how a compact block, a tool call or the
-context meter reads, which slash commands are refused in which state and
-how a typed ``/`` prefix completes, the one-line hint under the list, and
-``Transcript``, the app's own list of entries that events are folded into.
+10 in expanded mode — seed 004 — and 30 more above at each step up), how a
+compact block, a tool call, the "earlier messages" line or the context meter
+reads, which slash commands are refused in which state and how a typed ``/``
+prefix completes, the one-line hint under the list, and ``Transcript``, the
+app's own list of entries that events and earlier pages are folded into.
 The widgets only draw what this says.
 """
 
@@ -24,6 +25,11 @@ from cairn.surfaces.tail import compaction_hint, stream_tail
 #: Messages rendered in the normal (collapsed) view and in the expanded view (seed 004).
 RENDER_LIMIT = 30
 RENDER_LIMIT_EXPANDED = 10
+#: Entries of the UI view read from the transcript at a time: the end of a session
+#: when it opens, then the page before the first one held when the user goes up to it.
+HISTORY_PAGE = 300
+#: Entries mounted above the first one shown each time the user goes up to the top.
+EARLIER_STEP = 30
 #: A tool's result is shown as at most this many characters, on one line.
 RESULT_CHARS = 120
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -39,6 +45,32 @@ def visible(items: Sequence[T], expanded: bool) -> list[T]:
     """The most recent ``render_limit(expanded)`` items, oldest first; the rest stay in memory."""
     limit = render_limit(expanded)
     return list(items[-limit:]) if len(items) > limit else list(items)
+
+
+def window(entries: Sequence[Entry], expanded: bool, top: int | None) -> list[Entry]:
+    """The entries to mount: from index ``top`` on once the user went up, else ``visible``'s."""
+    return list(entries[top:]) if top is not None else visible(entries, expanded)
+
+
+def earlier_messages(shown: Sequence[Entry], known: int) -> int:
+    """How many of the session's messages come before the first entry of ``shown``.
+
+    That is the first position among them; ``known`` (every message the app
+    has seen) when none has one, all of them being the app's own lines.
+    """
+    return next((e.position for e in shown if e.position is not None), known)
+
+
+def earlier_text(messages: int) -> str:
+    """The line above the first entry shown while there is more before it.
+
+    ``messages`` counts the session's messages before that entry (what the
+    app said itself, notices and errors, is not counted).
+    """
+    if messages <= 0:
+        return "more above — scroll up to show (Ctrl+Home)"
+    noun = "message" if messages == 1 else "messages"
+    return f"{messages:,} earlier {noun} — scroll up to load (Ctrl+Home)"
 
 
 def one_line(text: str, limit: int = RESULT_CHARS) -> str:
@@ -214,6 +246,9 @@ class Entry:
     streaming: bool = False
     failed: bool = False
     version: int = 0
+    #: The position in the session's UI view of the message that made it (``None``:
+    #: what the app said itself, or a response still streaming).
+    position: int | None = None
 
     def change(self, **fields: object) -> None:
         for name, value in fields.items():
@@ -239,8 +274,30 @@ class Transcript:
     def notice(self, text: str) -> Entry:
         return self.append(Entry(f"notice-{next(_ids)}", "notice", text))
 
-    def error(self, text: str) -> Entry:
-        return self.append(Entry(f"error-{next(_ids)}", "error", text))
+    def error(self, text: str, position: int | None = None) -> Entry:
+        return self.append(Entry(f"error-{next(_ids)}", "error", text, position=position))
+
+    def prepend(self, messages: Sequence[Message], start: int) -> int:
+        """Put a page of the UI view (``messages``, from position ``start``) before every entry.
+
+        The page is the one just before the first message held. Folded on its
+        own, it can share one entry with what is held: a tool call whose result
+        began the later page, which stays where it is and takes the call's
+        label, which only this page knew. Returns how many entries came first.
+        """
+        earlier = Transcript()
+        for offset, message in enumerate(messages):
+            earlier.add(message, start + offset)
+        added: list[Entry] = []
+        for entry in earlier.entries:
+            held = self._by_id.get(entry.id)
+            if held is None:
+                added.append(entry)
+                self._by_id[entry.id] = entry
+            elif entry.kind == "tool":
+                held.change(text=entry.text, position=entry.position)
+        self.entries[:0] = added
+        return len(added)
 
     def streamed(self, message_id: str, content: str) -> None:
         """A streaming response so far: one entry per message id, updated in place."""
@@ -251,50 +308,57 @@ class Transcript:
         elif entry.text != content:
             entry.change(text=content)
 
-    def add(self, message: Message) -> None:
-        """A message the session added (live or on resume); a repeat updates its entry."""
+    def add(self, message: Message, position: int | None = None) -> None:
+        """A message the session added (live or on resume); a repeat updates its entry.
+
+        ``position`` is the message's in the session's UI view, if known.
+        """
         if message.meta.kind == KIND_COMPACT_SUMMARY:
             if message.id not in self._by_id:
-                self.append(Entry(message.id, "compact", message.text, compact_label(message)))
+                label = compact_label(message)
+                self.append(Entry(message.id, "compact", message.text, label, position=position))
             return
         if message.meta.kind == KIND_ERROR:
             if message.id not in self._by_id:
-                self.error(message.text)
+                self.error(message.text, position)
             return
         if message.role == "tool":
-            self.tool_result(message.tool_call_id or "", message)
+            self.tool_result(message.tool_call_id or "", message, position)
             return
         if message.role == "assistant":
-            self._assistant(message)
+            self._assistant(message, position)
         elif message.role == "user" and message.id not in self._by_id:
-            self.append(Entry(message.id, "user", message.text))
+            self.append(Entry(message.id, "user", message.text, position=position))
         for call in message.tool_calls:
-            self.tool_started(call)
+            self.tool_started(call, position)
 
-    def _assistant(self, message: Message) -> None:
+    def _assistant(self, message: Message, position: int | None) -> None:
         entry = self._by_id.get(message.id)
         if entry is not None:
             # The final text replaces what streamed; an empty answer (only calls) goes.
             if message.text:
                 entry.change(text=message.text, streaming=False)
+                entry.position = position if entry.position is None else entry.position
             else:
                 self.entries.remove(entry)
                 del self._by_id[message.id]
         elif message.text:
-            self.append(Entry(message.id, "assistant", message.text))
+            self.append(Entry(message.id, "assistant", message.text, position=position))
 
-    def tool_started(self, call: ToolCall) -> None:
+    def tool_started(self, call: ToolCall, position: int | None = None) -> None:
         if self.get(_tool_id(call.id)) is None:
-            self.append(Entry(_tool_id(call.id), "tool", tool_label(call), "running…"))
+            label = tool_label(call)
+            self.append(Entry(_tool_id(call.id), "tool", label, "running…", position=position))
 
-    def tool_result(self, call_id: str, result: Message) -> None:
+    def tool_result(self, call_id: str, result: Message, position: int | None = None) -> None:
         entry = self._by_id.get(_tool_id(call_id))
         text = one_line(result.text) or "(no output)"
         full = result.text.strip("\n").rstrip()
         if full.strip() == text:
             full = ""  # the short form is the whole result
         if entry is None:
-            entry = self.append(Entry(_tool_id(call_id), "tool", result.name or "tool", text))
+            name = result.name or "tool"
+            entry = self.append(Entry(_tool_id(call_id), "tool", name, text, position=position))
         if (entry.detail, entry.full, entry.failed) != (text, full, result.meta.tool_error):
             entry.change(detail=text, full=full, failed=result.meta.tool_error)
 

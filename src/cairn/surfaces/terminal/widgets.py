@@ -1,9 +1,12 @@
 """The terminal app's widgets: the message list, one widget per entry, and the input box.
 
 ``MessageList.sync`` reconciles the mounted widgets with the entries
-``view.visible`` picks: it removes what fell out of the window, mounts what
+``view.window`` picks: it removes what fell out of the window, mounts what
 came in (in order) and redraws an entry only when its ``version`` moved, so a
-streaming response redraws one widget, not thirty.
+streaming response redraws one widget, not thirty. Above the entries, a line
+says what comes before them; entries mounted or removed above the view leave
+what is on the screen where it was, and scrolling to the top of the list
+asks the app for more (``MessageList.ReachedTop``).
 
 ``PromptInput`` is a multi-line box: Enter sends, Ctrl+J (or a line ending in
 ``\\`` then Enter, since a terminal cannot tell Shift+Enter from Enter) starts
@@ -13,7 +16,7 @@ lines before it scrolls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rich.markdown import Markdown
@@ -135,12 +138,40 @@ def entry_widget(entry: Entry, *, expanded: bool = False) -> EntryWidget:
 class MessageList(VerticalScroll):
     """The scrollable message list; it shows the entries it is given, nothing else."""
 
+    DEFAULT_CSS = """
+    MessageList > #earlier { margin-bottom: 1; color: $text-muted; text-style: italic; }
+    """
+
     #: The expanded view (Ctrl+O): compact blocks and tool results open, as in
     #: Claude Code's transcript view; a toggle sets every one, a new one follows.
     expanded = False
 
+    class ReachedTop(TextualMessage):
+        """The user scrolled to the top of the list (or up while there)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.earlier = Static("", id="earlier", markup=False)
+        self.earlier.display = False
+
+    def compose(self) -> ComposeResult:
+        yield self.earlier
+
     def mounted(self) -> list[EntryWidget]:
         return [w for w in self.children if isinstance(w, EntryView | CompactView | ToolView)]
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        # Only a scroll can reach the top from below while the list is taller than the
+        # view: a list that shrank to fit is clamped to 0 with nothing left to scroll.
+        if new_value <= 0 < old_value and self.max_scroll_y > 0:
+            self.post_message(self.ReachedTop())
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        # At the top already (or too short to scroll) the wheel moves nothing: the
+        # watch above sees no change, so say it here.
+        if self.scroll_y <= 0:
+            self.post_message(self.ReachedTop())
 
     def expand_all(self, expanded: bool) -> None:
         self.expanded = expanded
@@ -150,15 +181,25 @@ class MessageList(VerticalScroll):
             elif isinstance(widget, ToolView):
                 widget.more.collapsed = not expanded
 
-    def sync(self, shown: Sequence[Entry]) -> None:
+    def sync(self, shown: Sequence[Entry], earlier: str | None = None) -> None:
+        """Mount ``shown``, in order, under the line ``earlier`` (``None``: no such line)."""
         wanted = {entry.id for entry in shown}
         widgets: dict[str, EntryWidget] = {}
         for widget in self.mounted():
             if widget.entry_id in wanted:
                 widgets[widget.entry_id] = widget
-            else:
-                widget.remove()
         at_end = self.is_vertical_scroll_end or self.max_scroll_y == 0
+        anchor = None if at_end else self._first_in_view(widgets.values())
+        changed = False
+        for widget in self.mounted():
+            if widget.entry_id not in widgets:
+                widget.remove()
+                changed = True
+        text = earlier or ""
+        if (text, bool(earlier)) != (str(self.earlier.content), self.earlier.display):
+            self.earlier.update(text)
+            self.earlier.display = bool(earlier)
+            changed = True
         # Mount missing entries before the next one already there, so order holds.
         following: Widget | None = None
         for entry in reversed(shown):
@@ -169,6 +210,7 @@ class MessageList(VerticalScroll):
                     self.mount(existing)
                 else:
                     self.mount(existing, before=following)
+                changed = True
             elif existing.version != entry.version:
                 existing.redraw(entry)
             following = existing
@@ -177,6 +219,24 @@ class MessageList(VerticalScroll):
             # scroll made before it stops short of the end (so the next sync would
             # no longer follow, and a compact block could stay below the screen).
             self.call_after_refresh(self.scroll_end, animate=False)
+        elif anchor is not None and changed:
+            # Likewise, where the anchor went is known only after the refresh.
+            self.call_after_refresh(self._keep, *anchor)
+
+    def _first_in_view(self, widgets: Iterable[EntryWidget]) -> tuple[EntryWidget, float] | None:
+        """The first widget the view shows, and how far below the view's top it starts."""
+        top = self.scroll_y
+        for widget in widgets:
+            region = widget.virtual_region
+            if region.y + region.height > top:
+                return widget, region.y - top
+        return None
+
+    def _keep(self, widget: EntryWidget, offset: float) -> None:
+        """Scroll so that ``widget`` starts ``offset`` below the view's top again."""
+        if widget.is_attached:
+            with self.prevent(self.ReachedTop):  # a move to keep the screen is no scroll up
+                self.scroll_to(y=widget.virtual_region.y - offset, animate=False, immediate=True)
 
 
 class PromptInput(TextArea):
