@@ -119,7 +119,11 @@ def test_scrolling_to_the_top_mounts_earlier_entries_above_and_reads_the_page_be
                 row = top.virtual_region.y
                 messages.scroll_to(y=0, animate=False)  # the wheel, up to the top
                 first = top.entry_id
-                await until(pilot, lambda first=first: mounted(app)[0] != first, f"step {step}")
+
+                def moved(first: str | None = first) -> bool:
+                    return mounted(app)[0] != first
+
+                await until(pilot, moved, f"step {step}")
                 await settled(pilot)
                 assert mounted(app) == ids[-30 - EARLIER_STEP * step :]
                 held = HISTORY_PAGE * (2 if step == steps else 1)
