@@ -189,10 +189,13 @@ def assert_same(kept: Resumption, folded: Resumption) -> None:
     assert kept.last_response_ts == folded.last_response_ts
 
 
+pages = st.lists(st.tuples(st.none() | st.integers(0, 40), st.integers(0, 12)), max_size=3)
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(operations, st.sampled_from([5, 64, 1 << 20]))
+@given(operations, st.sampled_from([5, 64, 1 << 20]), pages)
 def test_the_kept_resumption_equals_folding_the_whole_file_at_every_point(
-    ops: list[object], chunk: int
+    ops: list[object], chunk: int, asked: list[tuple[int | None, int]]
 ) -> None:
     # Small chunks put line boundaries everywhere in the backward scan.
     with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as tmp:
@@ -205,8 +208,17 @@ def test_the_kept_resumption_equals_folding_the_whole_file_at_every_point(
                 folded = resumption(whole.records)
                 assert_same(driver.store.resumption, folded)
                 assert not find_orphans(driver.store.api_view.messages)
-                # The UI view is read back from the file, the same as a fold of it.
-                assert driver.store.ui_page().messages == ui_view(whole.records)
+                # The UI view is read back from the file, the same as a fold of it,
+                # and every page (from memory, read backward, or streamed) is its slice.
+                everything = ui_view(whole.records)
+                assert driver.store.ui_page().messages == everything
+                assert driver.store.resumption.ui_entries in (None, len(everything))
+                for before, limit in asked:
+                    page = driver.store.ui_page(before, limit)
+                    end = len(everything) if before is None else min(before, len(everything))
+                    start = max(0, end - limit)
+                    assert (page.start, page.total) == (start, len(everything))
+                    assert page.messages == everything[start:end]
         finally:
             driver.store.close()
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from cairn.durable import fsync_dir, write_all
+from cairn.messages import Message
 from cairn.store.base import (
     NotATranscriptError,
     StoredSession,
@@ -55,7 +56,7 @@ from cairn.store.records import (
     decode_line,
     encode_line,
 )
-from cairn.store.views import ApiView, Resumption, UiPage, resumption, ui_page
+from cairn.store.views import ApiView, Resumption, UiPage, resumption, ui_page, ui_view
 
 
 def parse_transcript(path: Path, data: bytes) -> tuple[Transcript, bytes]:
@@ -155,11 +156,24 @@ def _last_checkpoint(fd: int, start: int, end: int) -> tuple[int, CompactionReco
     ``start`` is the start of a line. Returns the line's offset and record,
     or ``None`` when there is none, or when the newest valid one carries no
     history (written by an older Cairn): the file must then be read from its
-    start. Bytes after the last newline (a torn tail) are not a line.
+    start.
+    """
+    for offset, line in _lines_backward(fd, start, end):
+        found = _valid_checkpoint(line)
+        if found is not None:
+            return (offset, found) if found.history is not None else None
+    return None
+
+
+def _lines_backward(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """The lines in ``[start, end)`` and their offsets, newest first.
+
+    ``start`` is the start of a line. Bytes after the last newline before
+    ``end`` (a torn tail) are not a line.
     """
     position = end
     carry = b""  # the beginning of a line, whose start lies before ``position``
-    in_tail = True  # still inside the bytes after the file's last newline
+    in_tail = True  # still inside the bytes after the region's last newline
     while position > start:
         size = min(_CHUNK, position - start)
         position -= size
@@ -180,11 +194,19 @@ def _last_checkpoint(fd: int, start: int, end: int) -> tuple[int, CompactionReco
         for line in lines:
             offsets.append(offset)
             offset += len(line) + 1
-        for line, line_start in zip(reversed(lines), reversed(offsets), strict=True):
-            found = _valid_checkpoint(line)
-            if found is not None:
-                return (line_start, found) if found.history is not None else None
-    return None
+        yield from zip(reversed(offsets), reversed(lines), strict=True)
+
+
+def _entries_backward(fd: int, start: int, end: int) -> Iterator[Message]:
+    """The UI view's entries from the records in ``[start, end)``, newest first."""
+    for _, line in _lines_backward(fd, start, end):
+        if not line:
+            continue
+        try:
+            record = decode_line(line)
+        except RecordFormatError:
+            continue
+        yield from ui_view([record])
 
 
 def _valid_checkpoint(line: bytes) -> CompactionRecord | None:
@@ -253,6 +275,7 @@ class JsonlTranscriptStore:
         *,
         warnings: Sequence[str] = (),
         repairs: Sequence[str] = (),
+        tail_offset: int | None = None,
         fsync_every_record: bool = False,
     ) -> None:
         self._path = path
@@ -263,6 +286,9 @@ class JsonlTranscriptStore:
         self._size = os.fstat(fd).st_size
         # Only what a resume needs stays in memory; every record is on disk.
         self._resumption = resumption
+        #: Where the kept records start in the file (their checkpoint's line);
+        #: ``None`` with no checkpoint (everything is kept) or when not known.
+        self._tail_offset = tail_offset
         #: What opening the file reported (a resume reads from the last checkpoint on),
         #: and what it repaired (also part of every ``transcript()`` read later).
         self._warnings = list(warnings)
@@ -323,13 +349,14 @@ class JsonlTranscriptStore:
         except BaseException:
             os.close(fd)
             raise
-        state, warnings, repairs = loaded
+        state, warnings, repairs, tail_offset = loaded
         return cls(
             path,
             fd,
             state,
             warnings=[*warnings, *repairs],
             repairs=repairs,
+            tail_offset=tail_offset,
             fsync_every_record=fsync_every_record,
         )
 
@@ -357,15 +384,20 @@ class JsonlTranscriptStore:
 
     def append(self, record: Record) -> None:
         line, stored = _encode(record, str(self._path))
-        self._write(line, durable=self._fsync_every_record)
-        self._resumption.apply(stored)
+        offset = self._write(line, durable=self._fsync_every_record)
+        self._keep(stored, offset)
 
     def save_compaction(self, record: CompactionRecord) -> None:
         record = replace(record, history=self._resumption.history())
         check_checkpoint(record)
         line, stored = _encode(record, str(self._path))
-        self._write(line, durable=True)
-        self._resumption.apply(stored)
+        offset = self._write(line, durable=True)
+        self._keep(stored, offset)
+
+    def _keep(self, record: Record, offset: int) -> None:
+        self._resumption.apply(record)
+        if isinstance(record, CompactionRecord) and self._resumption.records[0] is record:
+            self._tail_offset = offset  # a valid checkpoint: what is kept starts there
 
     def sync(self) -> None:
         self._check_open()
@@ -381,8 +413,35 @@ class JsonlTranscriptStore:
         return transcript
 
     def ui_page(self, before: int | None = None, limit: int | None = None) -> UiPage:
+        # The newest entries are in memory; older ones are read backward from
+        # the last checkpoint, as far as the page reaches, and only without
+        # the means to do that is the whole file streamed.
+        page = self._resumption.tail_page(before, limit)
+        if page is not None:
+            return page
+        total = self._resumption.ui_entries
         with self._reader() as fd:
-            return ui_page(iter_records(fd), before=before, limit=limit)
+            if total is None or limit is None or self._tail_offset is None:
+                return ui_page(iter_records(fd), before=before, limit=limit)
+            return self._page_before_tail(fd, total, before, limit)
+
+    def _page_before_tail(self, fd: int, total: int, before: int | None, limit: int) -> UiPage:
+        kept = ui_view(self._resumption.records, self._resumption.api.ignored_checkpoints)
+        first = total - len(kept)
+        end = total if before is None else min(before, total)
+        start = max(0, end - limit)
+        header = _first_line(fd) or b""
+        older: list[Message] = []
+        position = first
+        for entry in _entries_backward(fd, len(header) + 1, self._tail_offset or 0):
+            position -= 1
+            if position < start:
+                break
+            if position < end:
+                older.append(entry)
+        older.reverse()
+        newer = kept[max(0, start - first) : max(0, end - first)]
+        return UiPage(older + newer, start, total)
 
     @contextlib.contextmanager
     def _reader(self) -> Iterator[int]:
@@ -421,7 +480,8 @@ class JsonlTranscriptStore:
     ) -> None:
         self.close()
 
-    def _write(self, line: bytes, *, durable: bool) -> None:
+    def _write(self, line: bytes, *, durable: bool) -> int:
+        """Write ``line`` at the end of the file; return its offset."""
         self._check_open()
         try:
             write_all(self._fd, line)
@@ -435,7 +495,9 @@ class JsonlTranscriptStore:
             raise TranscriptWriteError(
                 f"{self._path}: could not write record ({exc.strerror or exc})"
             ) from exc
+        offset = self._size
         self._size += len(line)
+        return offset
 
     def _check_open(self) -> None:
         if self._fd < 0:
@@ -443,7 +505,8 @@ class JsonlTranscriptStore:
 
 
 #: The resumption, the warnings of the lines read, and the repairs made.
-_Loaded = tuple[Resumption, list[str], list[str]]
+#: ... and the offset of the checkpoint it starts from (``None``: unknown, or none).
+_Loaded = tuple[Resumption, list[str], list[str], int | None]
 
 
 def _load_from_checkpoint(fd: int, path: Path, where: str) -> _Loaded | None:
@@ -471,7 +534,7 @@ def _load_from_checkpoint(fd: int, path: Path, where: str) -> _Loaded | None:
     state = Resumption.starting_at(header, checkpoint)
     for record in records[1:]:  # records[0] is the checkpoint
         state.apply(record)
-    return state, warnings, _repair_tail(fd, path, size, data, torn, where)
+    return state, warnings, _repair_tail(fd, path, size, data, torn, where), offset
 
 
 def _load_whole(fd: int, path: Path, where: str) -> _Loaded:
@@ -479,7 +542,7 @@ def _load_whole(fd: int, path: Path, where: str) -> _Loaded:
     transcript, torn = parse_transcript(path, data)
     _check_header(transcript, data, where)
     repairs = _repair_tail(fd, path, len(data), data, torn, where)
-    return resumption(transcript.records), transcript.warnings, repairs
+    return resumption(transcript.records), transcript.warnings, repairs, None
 
 
 def _first_line(fd: int) -> bytes | None:

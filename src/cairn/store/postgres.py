@@ -632,6 +632,11 @@ class PostgresTranscriptStore:
         return _transcript(self._location, self._lines())
 
     def ui_page(self, before: int | None = None, limit: int | None = None) -> UiPage:
+        # The newest entries are in memory (the page a surface opens with);
+        # an older page streams the session's rows.
+        page = self._resumption.tail_page(before, limit)
+        if page is not None:
+            return page
         records = (record for _, record in _decoded(self._lines()))
         return ui_page(records, before=before, limit=limit)
 

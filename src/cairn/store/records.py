@@ -140,6 +140,8 @@ class CheckpointHistory:
     state: Mapping[JSONKey, JSONValue] = field(default_factory=dict)
     #: When the provider last answered before it (an assistant message with usage).
     last_response_ts: Annotated[str | None, OMIT_NONE] = None
+    #: Entries of the UI view up to and including this checkpoint's compact block.
+    ui_entries: Annotated[StrictInt | None, OMIT_NONE] = None
 
 
 @dataclass(frozen=True, slots=True)

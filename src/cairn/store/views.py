@@ -108,6 +108,9 @@ class Resumption:
     state: dict[str, JSONValue] = field(default_factory=dict)
     #: When the provider last answered, across the whole history.
     last_response_ts: str | None = None
+    #: Entries in the whole UI view (``None``: unknown, resumed from a checkpoint
+    #: whose history does not count them).
+    ui_entries: int | None = 0
 
     @classmethod
     def starting_at(cls, header: SessionRecord, checkpoint: CompactionRecord) -> Resumption:
@@ -120,12 +123,15 @@ class Resumption:
             ApiView(valid_checkpoints=history.checkpoints - 1),
             state=dict(history.state),
             last_response_ts=history.last_response_ts,
+            ui_entries=None if history.ui_entries is None else history.ui_entries - 1,
         )
         resumption.apply(checkpoint)
         return resumption
 
     def apply(self, record: Record) -> None:
         self.api.apply(record)
+        if self.ui_entries is not None and _is_ui_entry(record, self.api.ignored_checkpoints):
+            self.ui_entries += 1
         match record:
             case SessionRecord() if self.header is None:
                 self.header = record
@@ -146,8 +152,29 @@ class Resumption:
     def history(self) -> CheckpointHistory:
         """The history a checkpoint saved now carries."""
         return CheckpointHistory(
-            self.api.valid_checkpoints + 1, dict(self.state), self.last_response_ts
+            self.api.valid_checkpoints + 1,
+            dict(self.state),
+            self.last_response_ts,
+            None if self.ui_entries is None else self.ui_entries + 1,
         )
+
+    def tail_page(self, before: int | None, limit: int | None) -> UiPage | None:
+        """The UI page from the records kept in memory, or ``None`` if it reaches before them.
+
+        The kept records are the newest part of the UI view; the page a
+        surface opens with (the last entries) usually lies within them, and
+        is then served without reading the transcript.
+        """
+        total = self.ui_entries
+        if total is None or limit is None:
+            return None
+        end = total if before is None else min(before, total)
+        start = max(0, end - limit)
+        entries = ui_view(self.records, self.api.ignored_checkpoints)
+        first = total - len(entries)  # the position of the first kept entry
+        if start < first:
+            return None
+        return UiPage(entries[start - first : end - first] if end > start else [], start, total)
 
 
 def resumption(records: Iterable[Record]) -> Resumption:
@@ -254,6 +281,18 @@ def ui_page(
         total += 1
     end = total if before is None else min(before, total)
     return UiPage(list(page), end - len(page), total)
+
+
+def _is_ui_entry(record: Record, ignored: Collection[str]) -> bool:
+    match record:
+        case MessageRecord():
+            return not record.message.meta.hidden
+        case CompactionRecord():
+            return record.id not in ignored
+        case ErrorRecord():
+            return True
+        case _:
+            return False
 
 
 def _is_valid(record: CompactionRecord, ignored: Collection[str] | None) -> bool:
