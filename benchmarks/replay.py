@@ -39,6 +39,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from _markdown import update_section
 from cairn.messages import JSONObject, JSONValue
 from cairn.replay.continuity import Continuity, format_pct
 from cairn.replay.engine import ReplayOptions, replay_sessions
@@ -415,8 +416,7 @@ def main() -> int:
     report: dict[str, object] = {**meta, "totals": summary, "failures": failed, "rows": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    args.markdown.parent.mkdir(parents=True, exist_ok=True)
-    args.markdown.write_text(markdown(rows, summary, meta), encoding="utf-8")
+    update_section("replay", markdown(rows, summary, meta), args.markdown)
 
     table = Table(title=f"replay benchmark totals ({corpus}, {meta['elapsed_s']} s)")
     columns = (
