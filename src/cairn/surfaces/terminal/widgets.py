@@ -153,6 +153,8 @@ class MessageList(VerticalScroll):
         super().__init__(id=id)
         self.earlier = Static("", id="earlier", markup=False)
         self.earlier.display = False
+        #: A scroll to the end is scheduled (after the next refresh) and not yet made.
+        self._ending = False
 
     def compose(self) -> ComposeResult:
         yield self.earlier
@@ -188,7 +190,10 @@ class MessageList(VerticalScroll):
         for widget in self.mounted():
             if widget.entry_id in wanted:
                 widgets[widget.entry_id] = widget
-        at_end = self.is_vertical_scroll_end or self.max_scroll_y == 0
+        # Following the end while a scroll to it is still on its way: entries that
+        # grew since are not "scrolled up from", and anchoring on them would
+        # stop the list from following (and leave new messages below the screen).
+        at_end = self._ending or self.is_vertical_scroll_end or self.max_scroll_y == 0
         anchor = None if at_end else self._first_in_view(widgets.values())
         changed = False
         for widget in self.mounted():
@@ -218,10 +223,15 @@ class MessageList(VerticalScroll):
             # After the refresh: the new entries' heights are known only then, and a
             # scroll made before it stops short of the end (so the next sync would
             # no longer follow, and a compact block could stay below the screen).
-            self.call_after_refresh(self.scroll_end, animate=False)
+            self._ending = True
+            self.call_after_refresh(self._to_end)
         elif anchor is not None and changed:
             # Likewise, where the anchor went is known only after the refresh.
             self.call_after_refresh(self._keep, *anchor)
+
+    def _to_end(self) -> None:
+        self._ending = False
+        self.scroll_end(animate=False, immediate=True)
 
     def _first_in_view(self, widgets: Iterable[EntryWidget]) -> tuple[EntryWidget, float] | None:
         """The first widget the view shows, and how far below the view's top it starts."""
