@@ -44,6 +44,7 @@ from cairn.store import (
     MessageRecord,
     NotATranscriptError,
     Record,
+    SessionDigest,
     SessionRecord,
     StateRecord,
     StoreError,
@@ -580,6 +581,42 @@ def test_a_pointer_to_no_valid_checkpoint_falls_back_to_the_whole_history(
     assert again.resumption.api.messages == expected.api.messages
     assert again.resumption.api.valid_checkpoints == 1
     again.close()
+
+
+def test_describing_a_session_reads_from_the_pointers_checkpoint_on(
+    stores: PostgresStoreFactory, postgres_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    store = stores.create(workspace, header("s1", workspace))
+    store.append(MessageRecord(user("the task")))
+    append_all(store, [user(f"question {n}") for n in range(20)])
+    store.save_compaction(compaction([summary_message()]))
+    append_all(store, chat_round("new"))
+    store.close()
+    # Damage every row between the first prompt and the checkpoint: had they
+    # been read, they could not have been counted.
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(
+            "UPDATE cairn_records SET line = '{damaged' WHERE session_id = 's1' "
+            "AND seq BETWEEN 3 AND 22"
+        )
+    # 1 + 20 messages, then the new one; the compact block not counted.
+    assert stores.describe(workspace, "s1") == SessionDigest("the task", 22)
+
+    # A checkpoint whose history does not count the UI: the whole session is
+    # read, and the damaged rows are not counted.
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(
+            "UPDATE cairn_records SET line = (line::jsonb #- '{history,ui_entries}')::text "
+            "WHERE session_id = 's1' AND type = 'compaction'"
+        )
+    assert stores.describe(workspace, "s1") == SessionDigest("the task", 2)
+
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(NotATranscriptError, match="no such session"):
+        stores.describe(other, "s1")
+    with pytest.raises(NotATranscriptError, match="no such session"):
+        stores.describe(workspace, "nobody")
 
 
 # ---------------------------------------------------------------------------

@@ -36,9 +36,12 @@ from cairn.store import (
     ErrorRecord,
     JsonlTranscriptStore,
     MessageRecord,
+    NotATranscriptError,
     Resumption,
+    SessionDigest,
     SessionRecord,
     StateRecord,
+    describe_transcript,
     read_transcript,
     resumption,
     ui_page,
@@ -94,6 +97,13 @@ class Reopen:
     pass
 
 
+@dataclass(frozen=True)
+class Aside:
+    """A user-role message the user did not type (a reminder), shown or hidden."""
+
+    hidden: bool
+
+
 operations = st.lists(
     st.one_of(
         st.builds(Round, st.integers(0, 2), texts, st.booleans()),
@@ -104,6 +114,7 @@ operations = st.lists(
         st.builds(State, st.sampled_from(["session", "calibration", "other"]), json_ints),
         st.builds(Error, texts),
         st.just(Reopen()),
+        st.builds(Aside, st.booleans()),
     ),
     max_size=30,
 )
@@ -162,6 +173,9 @@ class Driver:
             case Reopen():
                 store.close()
                 self.store = JsonlTranscriptStore.open(self.path)
+            case Aside(hidden=hidden):
+                meta = MessageMeta(synthetic=True, hidden=hidden)
+                store.append(MessageRecord(Message(role="user", content="reminder", meta=meta)))
             case _:
                 pass
 
@@ -213,6 +227,11 @@ def test_the_kept_resumption_equals_folding_the_whole_file_at_every_point(
                 everything = ui_view(whole.records)
                 assert driver.store.ui_page().messages == everything
                 assert driver.store.resumption.ui_entries in (None, len(everything))
+                # What a session picker shows, read without the history.
+                shown = [m for m in everything if m.meta.kind != KIND_COMPACT_SUMMARY]
+                typed = (m.text for m in shown if m.role == "user" and not m.meta.synthetic)
+                digest = SessionDigest(next(typed, ""), len(shown))
+                assert describe_transcript(driver.path) == digest
                 for before, limit in asked:
                     page = driver.store.ui_page(before, limit)
                     end = len(everything) if before is None else min(before, len(everything))
@@ -363,3 +382,65 @@ def test_ui_page_refuses_negative_positions() -> None:
         ui_page([], limit=-1)
     with pytest.raises(ValueError, match="before must be at least 0"):
         ui_page([], before=-1)
+
+
+def test_describing_a_session_does_not_parse_the_history_before_the_last_checkpoint(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    store = JsonlTranscriptStore.create(path, SessionRecord("s", "/ws"))
+    store.append(MessageRecord(user("the task")))
+    for index in range(200):
+        store.append(MessageRecord(user(f"question {index}")))
+    store.save_compaction(CompactionRecord("auto", "llm", 100, 10, "ledger", (_block(),)))
+    store.append(MessageRecord(user("after the checkpoint")))
+    store.close()
+    # Damage every line between the first prompt and the checkpoint: had they
+    # been read, they could not have been counted.
+    data = path.read_bytes()
+    damaged = [
+        b"#" * len(line) if b'"question ' in line and b'"type":"message"' in line else line
+        for line in data.split(b"\n")
+    ]
+    path.write_bytes(b"\n".join(damaged))
+    assert read_transcript(path).bad_lines == 200
+    # 1 + 200 + 1 messages, the compact block not counted.
+    assert describe_transcript(path) == SessionDigest("the task", 202)
+
+
+def test_a_checkpoint_that_does_not_count_the_ui_is_described_by_streaming(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    with JsonlTranscriptStore.create(path, SessionRecord("s", "/ws")) as store:
+        for index in range(3):
+            store.append(MessageRecord(user(f"question {index}")))
+        store.save_compaction(CompactionRecord("auto", "llm", 100, 10, "ledger", (_block(),)))
+        store.append(MessageRecord(user("after")))
+    # As a development build wrote them for a while: a history without ``ui_entries``.
+    lines = path.read_bytes().split(b"\n")
+    for index, line in enumerate(lines):
+        if line.startswith(b'{"v":1,"type":"compaction",'):
+            data = orjson.loads(line)
+            del data["history"]["ui_entries"]
+            lines[index] = orjson.dumps(data)
+    path.write_bytes(b"\n".join(lines))
+    assert describe_transcript(path) == SessionDigest("question 0", 4)
+
+
+def test_describing_refuses_what_reading_refuses(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"not a transcript\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    for path, message in (
+        (tmp_path, "is a directory"),
+        (tmp_path / "missing.jsonl", "no such file"),
+        (garbage, "is not a Cairn transcript"),
+    ):
+        with pytest.raises(NotATranscriptError, match=message):
+            read_transcript(path)
+        with pytest.raises(NotATranscriptError, match=message):
+            describe_transcript(path)
+    assert read_transcript(empty).records == []
+    assert describe_transcript(empty) == SessionDigest("", 0)

@@ -48,6 +48,7 @@ from cairn.store import (
     MessageRecord,
     Record,
     Resumption,
+    SessionDigest,
     SessionRecord,
     StateRecord,
     StoreFactory,
@@ -276,9 +277,14 @@ class Session:
             assert summary(store.resumption) == summary(expected), name
 
     def check_stored(self) -> None:
-        """What each store reads back is the records written (after a reopen, and at the end)."""
+        """What each store reads back is the records written (after a reopen, and at the end),
+        and what a session picker shows of it is what the whole UI view shows."""
+        ui = [m for m in ui_view(self.records) if m.meta.kind != KIND_COMPACT_SUMMARY]
+        prompts = (m.text for m in ui if m.role == "user" and not m.meta.synthetic)
+        digest = SessionDigest(next(prompts, ""), len(ui))
         for name, store in self.stores.items():
             assert store.transcript().records == self.records, name
+            assert self.factories[name].describe(self.workspace, self.session_id) == digest, name
 
 
 def summary(state: Resumption) -> tuple[object, ...]:

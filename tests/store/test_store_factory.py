@@ -17,6 +17,7 @@ from cairn.messages import user
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import (
     JsonlStoreFactory,
+    SessionDigest,
     SessionRecord,
     StoredSession,
     StoreFactory,
@@ -62,7 +63,12 @@ class Elsewhere:
         return self._files.sessions(workspace)
 
     def read(self, workspace: Path, session_id: str) -> Transcript:
+        self.calls.append(f"read {session_id}")
         return self._files.read(workspace, session_id)
+
+    def describe(self, workspace: Path, session_id: str) -> SessionDigest:
+        self.calls.append(f"describe {session_id}")
+        return self._files.describe(workspace, session_id)
 
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         return self._files.artifacts_dir(workspace, session_id)
@@ -103,6 +109,11 @@ def test_the_runtime_creates_resumes_and_lists_through_its_factory(
     assert stores.calls[:2] == [f"create {first}", f"create {listed[0].id}"]
     assert "sessions" in stores.calls and stores.calls[-1] == f"open {first}"
     assert {s.id for s in listed} == {first, resumed.id} | {listed[0].id}
+    # The picker describes each session; it never reads one whole.
+    assert {c for c in stores.calls if c.startswith(("describe", "read"))} == {
+        f"describe {s.id}" for s in listed
+    }
+    assert [(s.first_prompt, s.messages) for s in listed if s.id == first] == [("hello", 2)]
     # Nothing was written under the runtime's home: only where the factory put it.
     assert not list((tmp_path / "home").rglob("*.jsonl"))
     assert session.path.is_relative_to(tmp_path / "elsewhere")

@@ -44,7 +44,7 @@ from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
 from cairn.context import ContextPipeline, FixedContext
 from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.llm_summarizer import LLMSummarizer
-from cairn.messages import KIND_COMPACT_SUMMARY, Message, new_id, system
+from cairn.messages import Message, new_id, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import (
@@ -438,14 +438,17 @@ class Runtime:
         infos = []
         for stored in stored_sessions:
             try:
-                transcript = self.store_factory.read(self.workspace, stored.session_id)
+                # Not ``read``: a picker must not parse every long session whole.
+                digest = self.store_factory.describe(self.workspace, stored.session_id)
             except StoreError:
                 continue  # listed by what it holds; one that cannot be read is skipped
-            ui = [m for m in transcript.ui() if m.meta.kind != KIND_COMPACT_SUMMARY]
-            first = next((m.text for m in ui if m.role == "user" and not m.meta.synthetic), "")
             infos.append(
                 SessionInfo(
-                    stored.session_id, stored.location, first[:120], len(ui), stored.last_activity
+                    stored.session_id,
+                    stored.location,
+                    digest.first_prompt[:120],
+                    digest.messages,
+                    stored.last_activity,
                 )
             )
         return infos

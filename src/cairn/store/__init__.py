@@ -11,7 +11,12 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
-from cairn.store.jsonl import JsonlStoreFactory, JsonlTranscriptStore, read_transcript
+from cairn.store.jsonl import (
+    JsonlStoreFactory,
+    JsonlTranscriptStore,
+    describe_transcript,
+    read_transcript,
+)
 from cairn.store.paths import cairn_home, new_session_id, session_path, workspace_slug
 from cairn.store.records import (
     MAX_JSON_DEPTH,
@@ -30,7 +35,16 @@ from cairn.store.records import (
     SessionRecord,
     StateRecord,
 )
-from cairn.store.views import ApiView, Resumption, UiPage, api_view, resumption, ui_page, ui_view
+from cairn.store.views import (
+    ApiView,
+    Resumption,
+    SessionDigest,
+    UiPage,
+    api_view,
+    resumption,
+    ui_page,
+    ui_view,
+)
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -51,6 +65,7 @@ __all__ = [
     "Record",
     "RecordFormatError",
     "Resumption",
+    "SessionDigest",
     "SessionRecord",
     "StateRecord",
     "StoreError",
@@ -64,6 +79,7 @@ __all__ = [
     "UiPage",
     "api_view",
     "cairn_home",
+    "describe_transcript",
     "new_session_id",
     "read_transcript",
     "resumption",

@@ -14,7 +14,7 @@ from typing import Protocol
 from cairn.errors import CairnError
 from cairn.messages import Message
 from cairn.store.records import CompactionRecord, Record, SessionRecord
-from cairn.store.views import ApiView, Resumption, UiPage, api_view, ui_view
+from cairn.store.views import ApiView, Resumption, SessionDigest, UiPage, api_view, ui_view
 
 
 class StoreError(CairnError, RuntimeError):
@@ -171,6 +171,13 @@ class StoreFactory(Protocol):
 
     def read(self, workspace: Path, session_id: str) -> Transcript:
         """A session's records, read-only (another process may be writing it)."""
+        ...
+
+    def describe(self, workspace: Path, session_id: str) -> SessionDigest:
+        """A session's first prompt and message count, read-only and without its history.
+
+        Raises what ``read`` raises; costs what follows its last checkpoint.
+        """
         ...
 
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:

@@ -28,7 +28,7 @@ import gc
 import os
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -56,7 +56,17 @@ from cairn.store.records import (
     decode_line,
     encode_line,
 )
-from cairn.store.views import ApiView, Resumption, UiPage, resumption, ui_page, ui_view
+from cairn.store.views import (
+    ApiView,
+    Resumption,
+    SessionDigest,
+    UiPage,
+    digest,
+    first_prompt,
+    resumption,
+    ui_page,
+    ui_view,
+)
 
 
 def parse_transcript(path: Path, data: bytes) -> tuple[Transcript, bytes]:
@@ -241,6 +251,46 @@ def read_transcript(path: str | Path) -> Transcript:
     if data.strip() and not transcript.records:
         raise NotATranscriptError(f"{path} is not a Cairn transcript (no valid record found)")
     return transcript
+
+
+def describe_transcript(path: str | Path) -> SessionDigest:
+    """What a session picker shows of a transcript, without reading its history.
+
+    The first prompt is read from the start, only as far as it lies; the
+    message count from the last checkpoint on, whose history counts what came
+    before it. Only a file without such a checkpoint is streamed whole, one
+    chunk at a time. Changes nothing, and raises ``NotATranscriptError`` where
+    ``read_transcript`` does.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise NotATranscriptError(f"{path} is a directory, not a transcript file")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise NotATranscriptError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise NotATranscriptError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        prompt = first_prompt(iter_records(fd))
+        tail = _tail_from_checkpoint(fd)
+        found = digest(prompt, tail.resumption) if tail is not None else None
+        if found is not None:
+            return found
+        state = Resumption()
+        for record in iter_records(fd):
+            state.apply(record)
+        if not state.records and state.header is None and _has_text(fd):
+            raise NotATranscriptError(f"{path} is not a Cairn transcript (no valid record found)")
+        return SessionDigest(prompt, (state.ui_entries or 0) - state.api.valid_checkpoints)
+    except OSError as exc:
+        raise NotATranscriptError(f"{path}: cannot read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _has_text(fd: int) -> bool:
+    return any(line.strip() for line in _lines(fd, 0))
 
 
 def write_transcript(path: str | Path, records: Sequence[Record]) -> int:
@@ -515,6 +565,29 @@ def _load_from_checkpoint(fd: int, path: Path, where: str) -> _Loaded | None:
     ``None`` when that cannot be done (no checkpoint with its history, an
     unreadable header): the whole file is read instead.
     """
+    tail = _tail_from_checkpoint(fd)
+    if tail is None:
+        return None
+    repairs = _repair_tail(fd, path, tail.size, tail.data, tail.torn, where)
+    return tail.resumption, tail.warnings, repairs, tail.offset
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """The file from its last valid checkpoint on, read and folded."""
+
+    resumption: Resumption
+    warnings: list[str]
+    #: The bytes from the checkpoint to the end, and the torn line they end with.
+    data: bytes
+    torn: bytes
+    #: Where the checkpoint starts, and the file size when it was read.
+    offset: int
+    size: int
+
+
+def _tail_from_checkpoint(fd: int) -> _Tail | None:
+    """The header and what follows the last valid checkpoint with its history; changes nothing."""
     size = os.fstat(fd).st_size
     header_line = _first_line(fd)
     if header_line is None:
@@ -534,7 +607,7 @@ def _load_from_checkpoint(fd: int, path: Path, where: str) -> _Loaded | None:
     state = Resumption.starting_at(header, checkpoint)
     for record in records[1:]:  # records[0] is the checkpoint
         state.apply(record)
-    return state, warnings, _repair_tail(fd, path, size, data, torn, where), offset
+    return _Tail(state, warnings, data, torn, offset, size)
 
 
 def _load_whole(fd: int, path: Path, where: str) -> _Loaded:
@@ -805,6 +878,9 @@ class JsonlStoreFactory:
 
     def read(self, workspace: Path, session_id: str) -> Transcript:
         return read_transcript(self.path(workspace, session_id))
+
+    def describe(self, workspace: Path, session_id: str) -> SessionDigest:
+        return describe_transcript(self.path(workspace, session_id))
 
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         return self.path(workspace, session_id).with_suffix("")

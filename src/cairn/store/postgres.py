@@ -96,7 +96,15 @@ from cairn.store.records import (
     decode_line,
     encode_line,
 )
-from cairn.store.views import ApiView, Resumption, UiPage, ui_page
+from cairn.store.views import (
+    ApiView,
+    Resumption,
+    SessionDigest,
+    UiPage,
+    digest,
+    first_prompt,
+    ui_page,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -158,6 +166,10 @@ _POINT = (
 _NOTIFY = "SELECT pg_notify(%s, %s)"
 _PAGE = (
     "SELECT seq, line FROM cairn_records WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+_MESSAGES = (
+    "SELECT seq, line FROM cairn_records WHERE session_id = %s AND type = 'message' AND seq > %s "
+    "ORDER BY seq LIMIT %s"
 )
 _HOLDER = """
     SELECT a.application_name FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
@@ -294,6 +306,17 @@ def _holder(conn: Connection, key: int) -> str:
 def _page(conn: Connection, session_id: str, after: int) -> list[tuple[int, bytes]]:
     rows = conn.execute(_PAGE, (session_id, after, PAGE_ROWS)).fetchall()
     return [(int(seq), str(line).encode()) for seq, line in rows]
+
+
+def _message_lines(conn: Connection, session_id: str) -> Iterator[tuple[int, bytes]]:
+    """The session's message rows in order, a page at a time, read only as far as wanted."""
+    after = 0
+    while True:
+        rows = conn.execute(_MESSAGES, (session_id, after, PAGE_ROWS)).fetchall()
+        yield from ((int(seq), str(line).encode()) for seq, line in rows)
+        if len(rows) < PAGE_ROWS:
+            return
+        after = int(rows[-1][0])
 
 
 def _decoded(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Record]]:
@@ -871,6 +894,29 @@ class PostgresStoreFactory:
     def read(self, workspace: Path, session_id: str) -> Transcript:
         """A session of ``workspace``, read-only (its writer may be appending meanwhile)."""
         return self._read(session_id, normalize_workspace(workspace))
+
+    def describe(self, workspace: Path, session_id: str) -> SessionDigest:
+        """A session's first prompt and message count, read from its last checkpoint on."""
+        check_session_id(session_id)
+        with self._shared("cannot read sessions") as conn:
+            location = _location(conn, session_id)
+            row = conn.execute(
+                "SELECT checkpoint_seq FROM cairn_sessions WHERE session_id = %s "
+                "AND workspace = %s AND parent_id IS NULL",
+                (session_id, normalize_workspace(workspace)),
+            ).fetchone()
+            if row is None:
+                raise NotATranscriptError(f"{location}: no such session")
+            where = f"cannot read {location}"
+            messages = _decoded(_message_lines(conn, session_id))
+            prompt = first_prompt(record for _, record in messages)
+            # A checkpoint that does not count the UI entries before it: read from the start.
+            found = digest(prompt, _load(conn, session_id, row[0], where)[0]) or digest(
+                prompt, _load(conn, session_id, None, where)[0]
+            )
+        if found is None:
+            raise StoreError(f"{where}: its messages cannot be counted")
+        return found
 
     def read_session(self, session_id: str) -> Transcript:
         """Any session or background task's transcript, by id alone."""

@@ -283,6 +283,38 @@ def ui_page(
     return UiPage(list(page), end - len(page), total)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionDigest:
+    """What a session picker shows of a session, read without its whole history."""
+
+    #: The first message the user typed ("" if there is none).
+    first_prompt: str
+    #: Messages of the UI view, compact blocks not counted.
+    messages: int
+
+
+def first_prompt(records: Iterable[Record]) -> str:
+    """The first message the user typed; ``records`` is consumed only that far."""
+    for record in records:
+        if isinstance(record, MessageRecord):
+            message = record.message
+            if message.role == "user" and not (message.meta.synthetic or message.meta.hidden):
+                return message.text
+    return ""
+
+
+def digest(prompt: str, resumption: Resumption) -> SessionDigest | None:
+    """The digest of a session, from its first prompt and its resumption.
+
+    ``None`` when the resumption does not count the UI entries (resumed from a
+    checkpoint written before checkpoints counted them).
+    """
+    if resumption.ui_entries is None:
+        return None
+    # Every valid checkpoint is one compact block in the UI view, and nothing else is.
+    return SessionDigest(prompt, resumption.ui_entries - resumption.api.valid_checkpoints)
+
+
 def _is_ui_entry(record: Record, ignored: Collection[str]) -> bool:
     match record:
         case MessageRecord():
