@@ -17,6 +17,7 @@ from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, Notice, S
 from cairn.agent.loop import INTERRUPTED, run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings
+from cairn.agent.tools.task import next_task_id
 from cairn.context import CompactionConfig
 from cairn.context.budget import handoff_line
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_HANDOFF, find_orphans
@@ -484,3 +485,46 @@ def test_the_subagent_runs_the_same_loop_with_reactive_recovery_and_events(
     assert sum(isinstance(r, CompactionRecord) and r.trigger == "reactive" for r in records) == 1
     notices = [e.text for e in events if isinstance(e, Notice)]
     assert all(n.startswith(f"{task.id}") for n in notices if "task_" in n)
+
+
+def test_task_ids_follow_the_sessions_own_tasks() -> None:
+    assert next_task_id([]) == "task_1"
+    assert next_task_id(["bash_4", "task_1", "task_3"]) == "task_4"
+    # Only the task tool's own ids count, not look-alikes.
+    assert next_task_id(["task_x", "task_0", "task_01", "bash_9"]) == "task_1"
+
+
+def test_a_resumed_session_numbers_its_next_task_after_the_last(
+    workspace: Path, tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Regression: task ids restarted at task_1 in every process, so the next process
+    resuming a session gave its task the id of the session's first one, whose transcript
+    already exists ("already exists": the task failed). Two real ``cairn -p`` processes."""
+
+    def responder(body: dict[str, Any]) -> Reply:
+        if "You are a Cairn subagent" in str(body["messages"][0]["content"]):
+            return Reply(text="Surveyed.")
+        if body["messages"][-1]["role"] == "user":
+            return call("task", description="survey", prompt="Survey.", run_in_background=False)
+        return Reply(text="Done.")
+
+    openai_server.respond_with(responder)
+    env = {
+        "CAIRN_MODEL": "test-model",
+        "OPENAI_BASE_URL": openai_server.base_url,
+        "CAIRN_HOME": str(tmp_path / "home"),
+    }
+    first = cairn_p("-p", "survey the code", "--permission-mode", "bypass", cwd=workspace, env=env)
+    assert first.returncode == 0, first.stderr
+    [path] = (tmp_path / "home" / "projects").glob("*/*.jsonl")
+    resume = ("--resume", path.stem, "--permission-mode", "bypass")
+    again = cairn_p("-p", "survey it again", *resume, cwd=workspace, env=env)
+    assert again.returncode == 0, again.stderr
+    folder = path.with_suffix("") / "subagents"
+    assert sorted(p.name for p in folder.glob("*.jsonl")) == ["task_1.jsonl", "task_2.jsonl"]
+    results = [
+        r.message.text
+        for r in read_transcript(path).records
+        if isinstance(r, MessageRecord) and r.message.role == "tool"
+    ]
+    assert len(results) == 2 and all("Surveyed." in text for text in results), results

@@ -8,6 +8,7 @@ starts one of its own.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -18,10 +19,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from cairn.agent.loop import run_turn
+from cairn.agent.session import Runtime
+from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig, ContextPipeline
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
@@ -31,7 +36,7 @@ from cairn.messages import (
     message_to_dict,
     user,
 )
-from cairn.provider import ModelConfig
+from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import (
     MAX_REPLACEMENT_MESSAGES,
     CheckpointError,
@@ -56,9 +61,20 @@ from cairn.store import (
     ui_view,
 )
 from cairn.store.paths import normalize_workspace, session_path
-from cairn.store.postgres import PostgresStoreFactory, PostgresTranscriptStore, mask_url
+from cairn.store.postgres import (
+    PostgresStoreFactory,
+    PostgresTranscriptStore,
+    mask_url,
+    task_key,
+)
 from cairn.store.records import encode_line, record_to_dict
 from conftest import chat_round, tool_round
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    ToolCallSpec,
+    openai_server_fixture,
+)
 from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     PostgresServer,
     new_server,
@@ -642,11 +658,13 @@ def test_sessions_are_the_workspaces_top_level_ones_newest_first(
     assert not stores.exists(workspace, "elsewhere")
     assert stores.find("elsewhere") == normalize_workspace(other)
     assert stores.find("task1") is None and stores.find("nobody") is None
-    assert stores.read_session("task1").session_id == "task1"
+    assert stores.read_session("newer/task1").session_id == "task1"
     assert stores.read(other, "elsewhere").session_id == "elsewhere"
     with pytest.raises(NotATranscriptError, match="no such session"):
         stores.read(workspace, "elsewhere")
     with pytest.raises(NotATranscriptError, match="background task of session newer"):
+        stores.open(workspace, "newer/task1")
+    with pytest.raises(NotATranscriptError, match=r"/task1: no such session$"):
         stores.open(workspace, "task1")
     with pytest.raises(NotATranscriptError, match="no such session in"):
         stores.open(workspace, "elsewhere")
@@ -658,6 +676,74 @@ def test_sessions_are_the_workspaces_top_level_ones_newest_first(
     assert stores.artifacts_dir(workspace, "newer") == session_path(
         workspace, "newer", home
     ).with_suffix("")
+
+
+def test_background_tasks_of_different_sessions_may_share_an_id(
+    stores: PostgresStoreFactory, workspace: Path
+) -> None:
+    # Task ids are numbered per session (task_1, task_2, ...), as the JSONL
+    # store keeps each session's tasks in that session's own folder.
+    for parent in ("first", "second"):
+        stores.create(workspace, header(parent, workspace)).close()
+        task = stores.create_subagent(workspace, parent, header("task_1", workspace))
+        task.append(MessageRecord(user(f"the task of {parent}")))
+        assert task.path.as_posix().endswith(f"/{parent}/task_1")
+        task.close()
+    for parent in ("first", "second"):
+        transcript = stores.read_session(f"{parent}/task_1")
+        assert transcript.header is not None and transcript.header.session_id == "task_1"
+        assert [r.message.text for r in transcript.records if isinstance(r, MessageRecord)] == [
+            f"the task of {parent}"
+        ]
+    assert [s.session_id for s in stores.sessions(workspace)] == ["second", "first"]
+    with pytest.raises(TranscriptWriteError, match="already exists"):
+        stores.create_subagent(workspace, "first", header("task_1", workspace))
+
+
+def test_two_sessions_on_the_postgres_store_each_run_a_background_task(
+    stores: PostgresStoreFactory, workspace: Path, tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Regression: the second session's task_1 collided with the first's ("already exists").
+
+    Task ids count from 1 in each runtime, so two ``cairn`` runs in one
+    workspace each start a task_1.
+    """
+
+    def responder(body: dict[str, Any]) -> Reply:
+        if "You are a Cairn subagent" in str(body["messages"][0]["content"]):
+            return Reply(text="The tests are in tests/.")
+        if body["messages"][-1]["role"] == "user":
+            arguments = json.dumps(
+                {
+                    "description": "survey",
+                    "prompt": "Where are the tests?",
+                    "run_in_background": False,
+                }
+            )
+            return Reply(tool_calls=[ToolCallSpec("task", arguments)])
+        return Reply(text="Done.")
+
+    openai_server.respond_with(responder)
+    model = ModelConfig(model="test-model", base_url=openai_server.base_url, context_window=32_768)
+    reports = []
+    for _ in range(2):
+        rt = Runtime(
+            workspace,
+            model,
+            OpenAIProvider(model),
+            settings=Settings(),
+            home=tmp_path / "home",
+            permission_mode="bypass",
+            store_factory=stores,
+        )
+        session = rt.new_session()
+        asyncio.run(run_turn(session, "find the tests"))
+        task = next(iter(session.state.tasks.values()))
+        reports.append((task.id, task.status))
+        transcript = stores.read_session(task_key(session.id, task.id))
+        assert transcript.header is not None and transcript.header.session_id == task.id
+        rt.close()
+    assert reports == [("task_1", "completed: The tests are in tests/.")] * 2
 
 
 def test_a_damaged_row_is_reported_as_the_jsonl_loader_reports_a_bad_line(

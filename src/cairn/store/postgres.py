@@ -12,7 +12,9 @@ once do not collide):
 - ``cairn_sessions``: one row per session: ``session_id`` (the key),
   ``workspace`` (the normalized workspace path,
   ``cairn.store.paths.normalize_workspace``), ``parent_id`` (NULL for a
-  session, the parent session's id for a background task's transcript),
+  session, the parent session's id for a background task's transcript, whose
+  ``session_id`` is then ``<parent id>/<task id>``: task ids count from 1 in
+  each session),
   ``created``, ``last_activity``, and ``checkpoint_seq``: the ``seq`` of the
   last valid checkpoint, the pointer a resume starts reading from.
 - ``cairn_records``: ``(session_id, seq)`` is the key; ``type`` is the
@@ -277,6 +279,20 @@ def _ensure_schema(conn: Connection) -> None:
             conn.execute(statement)
 
 
+def task_key(parent_id: str, task_id: str) -> str:
+    """The key of a background task's transcript: ``<session id>/<task id>``.
+
+    A ``/`` is in no session id, so no key of a task is ever a session's.
+    """
+    return f"{check_session_id(parent_id)}/{check_session_id(task_id)}"
+
+
+def _check_key(key: str) -> str:
+    """A session id, or a background task's ``<session id>/<task id>``."""
+    parent, slash, task = key.partition("/")
+    return task_key(parent, task) if slash else check_session_id(key)
+
+
 def _location(conn: Connection, session_id: str) -> Path:
     return Path("postgresql") / conn.info.dbname / session_id
 
@@ -424,9 +440,11 @@ class PostgresTranscriptStore:
         or not at all. Raises ``TranscriptWriteError`` if it exists or cannot
         be written, ``StoreError`` if the database cannot be reached.
         """
-        session_id = check_session_id(header.session_id)
-        if parent_id is not None:
-            check_session_id(parent_id)
+        name = check_session_id(header.session_id)
+        # A background task's id is numbered per session (task_1, ...): its row
+        # is keyed under its parent's id, as the JSONL store files it in the
+        # parent's folder.
+        session_id = name if parent_id is None else task_key(parent_id, name)
         _require_driver()
         import psycopg
 
@@ -475,7 +493,7 @@ class PostgresTranscriptStore:
         ``TranscriptHeaderError`` (no usable header), ``TranscriptLockedError``
         (another writer has it) or ``StoreError`` (the database cannot be reached).
         """
-        check_session_id(session_id)
+        _check_key(session_id)  # a task's key is refused below, by name
         _require_driver()
         import psycopg
 
@@ -893,7 +911,7 @@ class PostgresStoreFactory:
 
     def read(self, workspace: Path, session_id: str) -> Transcript:
         """A session of ``workspace``, read-only (its writer may be appending meanwhile)."""
-        return self._read(session_id, normalize_workspace(workspace))
+        return self._read(check_session_id(session_id), normalize_workspace(workspace))
 
     def describe(self, workspace: Path, session_id: str) -> SessionDigest:
         """A session's first prompt and message count, read from its last checkpoint on."""
@@ -919,11 +937,10 @@ class PostgresStoreFactory:
         return found
 
     def read_session(self, session_id: str) -> Transcript:
-        """Any session or background task's transcript, by id alone."""
-        return self._read(session_id, None)
+        """Any session by its id alone, or a background task's transcript by ``task_key``."""
+        return self._read(_check_key(session_id), None)
 
     def _read(self, session_id: str, workspace: str | None) -> Transcript:
-        check_session_id(session_id)
         with self._shared("cannot read sessions") as conn:
             location = _location(conn, session_id)
             row = conn.execute(

@@ -10,8 +10,8 @@ in the session state, so they survive a compaction through restoration.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeAlias
 
 from cairn.agent.tools.base import Tool, ToolContext, ToolResult
@@ -23,8 +23,21 @@ from cairn.messages import JSONObject
 #: The tools a subagent does not get (it cannot start subagents of its own).
 TASK_TOOL_NAMES = ("task", "task_output")
 
+#: A task's id: ``task_<n>``, numbered within its session.
+_TASK_ID = re.compile(r"task_([1-9][0-9]*)")
+
 #: ``runner(task_id, prompt, ctx)`` → the subagent's report.
 SubagentRunner: TypeAlias = Callable[[str, str, ToolContext], Awaitable[str]]
+
+
+def next_task_id(taken: Iterable[str]) -> str:
+    """The id after the session's tasks so far (its state keeps them across resumes).
+
+    Numbered per session, not per process: a resumed session goes on from its
+    last task instead of reusing ``task_1``, whose transcript already exists.
+    """
+    numbers = [int(match.group(1)) for task in taken if (match := _TASK_ID.fullmatch(task))]
+    return f"task_{max(numbers, default=0) + 1}"
 
 
 class SubagentError(CairnError, RuntimeError):
@@ -50,8 +63,6 @@ class TaskTool:
     }
     effect: ToolEffect = "write"
 
-    _ids = itertools.count(1)
-
     def __init__(self, runner: SubagentRunner) -> None:
         self._runner = runner
         self.reports: dict[str, str] = {}
@@ -61,7 +72,7 @@ class TaskTool:
         description, prompt = args.get("description"), args.get("prompt")
         if not isinstance(description, str) or not isinstance(prompt, str) or not prompt.strip():
             return ToolResult("task needs a string 'description' and a non-empty 'prompt'", True)
-        task_id = f"task_{next(self._ids)}"
+        task_id = next_task_id(ctx.state.tasks)
         ctx.state.set_task(BackgroundTask(task_id, description, "running"))
         job = asyncio.create_task(self._run(task_id, prompt, ctx))
         self._running[task_id] = job
