@@ -42,3 +42,25 @@ def make_session(home: Path, workspace: Path, session_id: str = "s1") -> Path:
         store.append(MessageRecord(user("now fix it")))
         store.append(MessageRecord(assistant("fixed")))
     return store.path
+
+
+def add_tasks_and_artifacts(home: Path, workspace: Path, session_id: str = "s1") -> list[str]:
+    """Give a stored session two background tasks' transcripts and artifact files, as a
+    session that ran tasks and saved outputs has; the artifacts' paths, relative to its folder.
+    """
+    stores = JsonlStoreFactory(home)
+    for task in ("task_1", "task_2"):
+        header = SessionRecord(task, normalize_workspace(workspace))
+        with stores.create_subagent(workspace, session_id, header) as store:
+            store.append(MessageRecord(user(f"the prompt of {task}")))
+            store.append(MessageRecord(assistant(f"the report of {task}")))
+    folder = stores.artifacts_dir(workspace, session_id)
+    files = {
+        "user-messages/m1.txt": "a long paste, saved in full\n",
+        "tool-outputs/call_1.txt": "parser.py:3\n" * 500,
+        "subagents/task_1/tool-outputs/call_9.txt": "a task's own saved output\n",
+    }
+    for relative, text in files.items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(text)
+    return sorted(files)

@@ -17,7 +17,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     openai_server_fixture,
 )
 from postgres_server import postgres_server_fixture, postgres_url_fixture  # noqa: F401
-from stored_session import make_session
+from stored_session import add_tasks_and_artifacts, make_session
 
 
 def _env(tmp_path: Path, url: str) -> dict[str, str]:
@@ -42,6 +42,78 @@ def test_a_session_moves_jsonl_to_postgresql_and_back_byte_for_byte(
     assert out.read_bytes() == source.read_bytes()
     # Nothing went to the JSONL home: the store is the database.
     assert not (tmp_path / "home" / "projects").exists()
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def test_tasks_and_artifacts_move_with_their_session_and_back(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    artifacts = add_tasks_and_artifacts(tmp_path / "elsewhere", tmp_path)
+    # Out of the JSONL store: the file, and beside it the session's folder.
+    out = tmp_path / "out" / "s1.jsonl"
+    jsonl_env = {"CAIRN_HOME": str(tmp_path / "elsewhere")}
+    exported = cairn_p("sessions", "export", "s1", str(out), cwd=tmp_path, env=jsonl_env)
+    assert exported.returncode == 0, exported.stderr
+    assert f"with 2 background-task transcripts and 3 files, in {out.with_suffix('')}" in (
+        exported.stdout
+    )
+    assert tree(out.with_suffix("")) == tree(source.with_suffix(""))
+    assert sorted(tree(out.with_suffix(""))) == sorted(
+        [*artifacts, "subagents/task_1.jsonl", "subagents/task_2.jsonl"]
+    )
+
+    # Into PostgreSQL: the tasks' transcripts as rows, the files in its local folder.
+    env = _env(tmp_path, postgres_url)
+    imported = cairn_p("sessions", "import", str(out), cwd=tmp_path, env=env)
+    assert imported.returncode == 0, imported.stderr
+    assert "with 2 background-task transcripts and 3 files, from" in imported.stdout
+    with PostgresStoreFactory(postgres_url, tmp_path / "home") as stores:
+        assert stores.subagents(tmp_path, "s1") == ["task_1", "task_2"]
+        for task in ("task_1", "task_2"):
+            stored = stores.read_subagent(tmp_path, "s1", task).records
+            assert (
+                stored
+                == read_transcript(out.with_suffix("") / "subagents" / f"{task}.jsonl").records
+            )
+        folder = stores.artifacts_dir(tmp_path, "s1")
+    assert sorted(tree(folder)) == artifacts
+
+    # And back out of PostgreSQL: the same bytes, file and folder.
+    back = tmp_path / "back.jsonl"
+    again = cairn_p("sessions", "export", "s1", str(back), cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    assert back.read_bytes() == source.read_bytes()
+    assert tree(back.with_suffix("")) == tree(source.with_suffix(""))
+
+
+def test_an_import_that_would_overwrite_a_file_imports_nothing(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    add_tasks_and_artifacts(tmp_path / "elsewhere", tmp_path)
+    env = _env(tmp_path, postgres_url)
+    with PostgresStoreFactory(postgres_url, tmp_path / "home") as stores:
+        clash = stores.artifacts_dir(tmp_path, "s1") / "user-messages" / "m1.txt"
+    clash.parent.mkdir(parents=True)
+    clash.write_text("something else\n")
+    refused = cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"cairn sessions import: {clash} already exists with other contents; nothing imported"
+    )
+    assert clash.read_text() == "something else\n"
+    with PostgresStoreFactory(postgres_url) as stores:
+        assert stores.sessions(tmp_path) == [] and stores.subagents(tmp_path, "s1") == []
+    # An identical file already there is no clash.
+    clash.write_text("a long paste, saved in full\n")
+    done = cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
 
 
 def test_inspect_and_replay_read_a_stored_session(tmp_path: Path, postgres_url: str) -> None:

@@ -66,6 +66,12 @@ class Elsewhere:
         self.calls.append(f"read {session_id}")
         return self._files.read(workspace, session_id)
 
+    def subagents(self, workspace: Path, session_id: str) -> list[str]:
+        return self._files.subagents(workspace, session_id)
+
+    def read_subagent(self, workspace: Path, session_id: str, task_id: str) -> Transcript:
+        return self._files.read_subagent(workspace, session_id, task_id)
+
     def describe(self, workspace: Path, session_id: str) -> SessionDigest:
         self.calls.append(f"describe {session_id}")
         return self._files.describe(workspace, session_id)

@@ -13,7 +13,7 @@ import pytest
 
 from cairn.store import JsonlStoreFactory, read_transcript
 from cli_run import cairn_p
-from stored_session import make_session
+from stored_session import add_tasks_and_artifacts, make_session
 
 
 @pytest.fixture
@@ -60,6 +60,59 @@ def test_export_refuses_to_overwrite_a_file(tmp_path: Path, env: dict[str, str])
     assert done.returncode == 2
     assert "already exists" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert out.read_text() == "mine\n"
+
+
+def test_export_refuses_an_existing_folder_and_writes_neither(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    make_session(tmp_path / "home", tmp_path)
+    add_tasks_and_artifacts(tmp_path / "home", tmp_path)
+    out = tmp_path / "copy.jsonl"
+    (tmp_path / "copy").mkdir()
+    done = cairn_p("sessions", "export", "s1", str(out), cwd=tmp_path, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"cairn sessions export: cannot write {tmp_path / 'copy'}: it already exists"
+    )
+    assert not out.exists() and list((tmp_path / "copy").iterdir()) == []
+    # Nothing left half-built beside it either.
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".copy")]
+
+
+def test_tasks_and_artifacts_move_between_jsonl_homes(tmp_path: Path, env: dict[str, str]) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    add_tasks_and_artifacts(tmp_path / "elsewhere", tmp_path)
+    done = cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    imported = JsonlStoreFactory(tmp_path / "home").path(tmp_path, "s1")
+    assert imported.read_bytes() == source.read_bytes()
+    before = {
+        p.relative_to(source.with_suffix("")): p.read_bytes()
+        for p in source.with_suffix("").rglob("*")
+        if p.is_file()
+    }
+    after = {
+        p.relative_to(imported.with_suffix("")): p.read_bytes()
+        for p in imported.with_suffix("").rglob("*")
+        if p.is_file()
+    }
+    assert after == before and len(after) == 5
+
+
+def test_import_refuses_a_task_transcript_that_is_not_one(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    source = make_session(tmp_path / "elsewhere", tmp_path)
+    add_tasks_and_artifacts(tmp_path / "elsewhere", tmp_path)
+    wrong = source.with_suffix("") / "subagents" / "task_3.jsonl"
+    wrong.write_bytes((source.with_suffix("") / "subagents" / "task_1.jsonl").read_bytes())
+    done = cairn_p("sessions", "import", str(source), cwd=tmp_path, env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"cairn sessions import: {wrong} is not the transcript of background task task_3 "
+        "(no session header naming it): nothing imported"
+    )
+    assert not (tmp_path / "home").exists()
 
 
 def test_an_unknown_session_is_one_line(tmp_path: Path, env: dict[str, str]) -> None:

@@ -56,7 +56,7 @@ from cairn.store import (
     UiPage,
     new_session_id,
 )
-from cairn.store.paths import cairn_home, normalize_workspace
+from cairn.store.paths import SUBAGENTS_DIR, cairn_home, normalize_workspace
 from cairn.store.selection import open_store_factory
 
 
@@ -292,7 +292,7 @@ class Session:
             workspace=self.workspace,
             parent_id=self.id,
             stores=self.runtime.store_factory,
-            artifacts_dir=self.session_dir / "subagents" / task_id,
+            artifacts_dir=self.session_dir / SUBAGENTS_DIR / task_id,
             model=self.model,
             provider=self.runtime.provider,
             config=self.pipeline.config,

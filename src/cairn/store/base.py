@@ -173,6 +173,14 @@ class StoreFactory(Protocol):
         """A session's records, read-only (another process may be writing it)."""
         ...
 
+    def subagents(self, workspace: Path, session_id: str) -> list[str]:
+        """The ids of a session's background-task transcripts (``create_subagent``), sorted."""
+        ...
+
+    def read_subagent(self, workspace: Path, session_id: str, task_id: str) -> Transcript:
+        """One of them, read-only; ``NotATranscriptError`` if the session has no such task."""
+        ...
+
     def describe(self, workspace: Path, session_id: str) -> SessionDigest:
         """A session's first prompt and message count, read-only and without its history.
 

@@ -45,7 +45,13 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
-from cairn.store.paths import TRANSCRIPT_SUFFIX, cairn_home, check_session_id, session_path
+from cairn.store.paths import (
+    SUBAGENTS_DIR,
+    TRANSCRIPT_SUFFIX,
+    cairn_home,
+    check_session_id,
+    session_path,
+)
 from cairn.store.records import (
     CheckpointError,
     CompactionRecord,
@@ -854,13 +860,22 @@ class JsonlStoreFactory:
         self, workspace: Path, parent_id: str, header: SessionRecord
     ) -> JsonlTranscriptStore:
         # In the parent's folder, which ``sessions`` does not glob.
-        folder = self.artifacts_dir(workspace, parent_id) / "subagents"
-        folder.mkdir(parents=True, exist_ok=True)
+        path = self._subagent_path(workspace, parent_id, header.session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
         return JsonlTranscriptStore.create(
-            folder / f"{header.session_id}.jsonl",
-            header,
-            fsync_every_record=self._fsync_every_record,
+            path, header, fsync_every_record=self._fsync_every_record
         )
+
+    def _subagent_path(self, workspace: Path, parent_id: str, task_id: str) -> Path:
+        name = check_session_id(task_id) + TRANSCRIPT_SUFFIX
+        return self.artifacts_dir(workspace, parent_id) / SUBAGENTS_DIR / name
+
+    def subagents(self, workspace: Path, session_id: str) -> list[str]:
+        folder = self.artifacts_dir(workspace, session_id) / SUBAGENTS_DIR
+        return sorted(p.stem for p in folder.glob(f"*{TRANSCRIPT_SUFFIX}") if p.is_file())
+
+    def read_subagent(self, workspace: Path, session_id: str, task_id: str) -> Transcript:
+        return read_transcript(self._subagent_path(workspace, session_id, task_id))
 
     def exists(self, workspace: Path, session_id: str) -> bool:
         return self.path(workspace, session_id).exists()

@@ -9,6 +9,8 @@ import uuid
 from pathlib import Path
 
 TRANSCRIPT_SUFFIX = ".jsonl"
+#: The folder, in a session's artifacts folder, of its background tasks' transcripts.
+SUBAGENTS_DIR = "subagents"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

@@ -936,6 +936,18 @@ class PostgresStoreFactory:
             raise StoreError(f"{where}: its messages cannot be counted")
         return found
 
+    def subagents(self, workspace: Path, session_id: str) -> list[str]:
+        check_session_id(session_id)
+        with self._shared("cannot list background tasks") as conn:
+            rows = conn.execute(
+                "SELECT session_id FROM cairn_sessions WHERE parent_id = %s AND workspace = %s",
+                (session_id, normalize_workspace(workspace)),
+            ).fetchall()
+        return sorted(str(key).partition("/")[2] for (key,) in rows)
+
+    def read_subagent(self, workspace: Path, session_id: str, task_id: str) -> Transcript:
+        return self._read(task_key(session_id, task_id), None)
+
     def read_session(self, session_id: str) -> Transcript:
         """Any session by its id alone, or a background task's transcript by ``task_key``."""
         return self._read(_check_key(session_id), None)

@@ -25,7 +25,13 @@ from cairn.store.jsonl import write_transcript
 from cairn.store.paths import normalize_workspace
 from cairn.store.postgres import mask_url
 from cairn.store.selection import open_store_factory
-from cairn.store.transfer import Moved, export_session, import_session, read_stored
+from cairn.store.transfer import (
+    Moved,
+    companion_dir,
+    export_session,
+    import_session,
+    read_stored,
+)
 
 #: Exit code of a command that could not be carried out (as for a usage error).
 EXIT_FAILED = 2
@@ -103,7 +109,9 @@ def run_export(
             moved = export_session(stores, session_id, path)
     except (CairnError, OSError) as exc:
         return _fail("sessions export", exc)
-    return _report(f"exported {moved.session_id} to {path}", moved, out)
+    return _report(
+        f"exported {moved.session_id} to {path}", moved, out, f"in {companion_dir(path)}"
+    )
 
 
 def run_import(
@@ -115,12 +123,18 @@ def run_import(
     except (CairnError, OSError) as exc:
         return _fail("sessions import", exc)
     where = describe_store(store_url, workspace)
-    return _report(f"imported {moved.session_id} into {where}", moved, out)
+    return _report(
+        f"imported {moved.session_id} into {where}", moved, out, f"from {companion_dir(path)}"
+    )
 
 
-def _report(done: str, moved: Moved, out: IO[str] | None) -> int:
+def _report(done: str, moved: Moved, out: IO[str] | None, folder: str) -> int:
     out = out or sys.stdout
     out.write(f"{done} ({moved.records:,} records; workspace {moved.workspace})\n")
+    if moved.tasks or moved.files:
+        tasks = f"{moved.tasks} background-task transcript{'s' * (moved.tasks != 1)}"
+        files = f"{moved.files} file{'s' * (moved.files != 1)}"
+        out.write(f"with {tasks} and {files}, {folder}\n")
     for warning in moved.warnings:
         out.write(f"warning: {warning}\n")
     out.flush()
