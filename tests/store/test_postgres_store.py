@@ -373,15 +373,80 @@ def test_a_connection_killed_between_the_checkpoint_and_its_pointer_commits_neit
     # Memory is unchanged, and so is storage: neither the row nor the pointer moved.
     assert store.api_view.messages == view and store.last_seq == last
     assert rows(postgres_url, "s1")[-1][0] == last and pointer(postgres_url, "s1") == first
-    with pytest.raises(TranscriptWriteError, match="connection to the database was lost"):
-        store.append(MessageRecord(user("late")))
+    # Nothing changed meanwhile, so the writer carries on over a new connection,
+    # its lock taken again: the compaction can be retried at once.
+    store.save_compaction(compaction([summary_message("second")]))
+    assert pointer(postgres_url, "s1") == store.last_seq == last + 1
+    with pytest.raises(TranscriptLockedError, match="already open for writing"):
+        stores.open(workspace, "s1")
     store.close()
 
-    again = stores.open(workspace, "s1")  # the lock went with the killed connection
-    assert again.api_view.messages == view
-    again.save_compaction(compaction([summary_message("second")]))
-    assert pointer(postgres_url, "s1") == again.last_seq == last + 1
+    again = stores.open(workspace, "s1")
+    assert [m.text for m in again.api_view.messages] == ["second"]
     again.close()
+
+
+def _writer_backend(url: str) -> int:
+    """The server process holding the (only) session lock of the test's database."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objsubid = 1 AND database = (SELECT oid FROM pg_database "
+            "WHERE datname = current_database())"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _terminate(url: str, pid: int) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def test_a_writer_whose_connection_was_lost_reconnects_and_goes_on(
+    stores: PostgresStoreFactory, postgres_url: str, workspace: Path
+) -> None:
+    store = stores.create(workspace, header("s1", workspace))
+    append_all(store, chat_round("before"))
+    _terminate(postgres_url, _writer_backend(postgres_url))  # as a server restart would
+    with pytest.raises(TranscriptWriteError, match="could not write record"):
+        store.append(MessageRecord(user("lost with the connection")))
+    store.append(MessageRecord(user("after")))
+    assert [r.message.text for r in store.transcript().records if isinstance(r, MessageRecord)] == [
+        "before",
+        "after",
+    ]
+    store.close()
+    assert [kind for _, kind, _ in rows(postgres_url, "s1")] == ["session", "message", "message"]
+
+
+def test_a_writer_does_not_reconnect_to_a_session_another_writer_changed(
+    stores: PostgresStoreFactory, postgres_url: str, workspace: Path
+) -> None:
+    store = stores.create(workspace, header("s1", workspace))
+    append_all(store, chat_round("before"))
+    _terminate(postgres_url, _writer_backend(postgres_url))
+    with pytest.raises(TranscriptWriteError, match="could not write record"):
+        store.append(MessageRecord(user("lost")))
+    # Meanwhile another writer opened the session, wrote and went.
+    other = stores.open(workspace, "s1")
+    other.append(MessageRecord(user("by the other writer")))
+    other.close()
+    view = list(store.api_view.messages)
+    with pytest.raises(TranscriptWriteError) as refused:
+        store.append(MessageRecord(user("mine")))
+    message = str(refused.value)
+    assert "the connection to the database was lost" in message and "\n" not in message
+    assert message.endswith(
+        "now ends at line 3, not at line 2 where this writer left it; reopen the session"
+    )
+    # Nothing was written and memory is unchanged; the next try within the
+    # retry interval fails at once, without connecting.
+    assert store.api_view.messages == view and store.last_seq == 2
+    with pytest.raises(TranscriptWriteError, match="will retry shortly"):
+        store.append(MessageRecord(user("mine")))
+    assert [kind for _, kind, _ in rows(postgres_url, "s1")] == ["session", "message", "message"]
+    store.close()
 
 
 def test_a_database_error_rolls_the_record_back_and_the_writer_goes_on(

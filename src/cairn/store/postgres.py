@@ -31,10 +31,13 @@ transaction, committed synchronously (flushed to the server's disk) before it
 returns, so before the caller replaces its memory. Any database error is a
 ``TranscriptWriteError`` naming the session and the cause: the transaction is
 rolled back and the store's memory is unchanged. If the connection itself is
-lost, the store refuses further writes (its lock went with the connection):
-reopen the session. A record whose commit was under way as the connection
-broke may or may not be stored, as with any database; reopening reads
-whatever the server kept, so the writer's state and storage never disagree.
+lost (a server restart, a failover), the write that met it fails, and the
+next one reconnects — only if the writer can take its session's lock again
+and the rows still end at the last record it saw committed. Otherwise (another
+writer wrote meanwhile, a commit under way as the connection broke may or may
+not be stored, an asynchronous commit did not survive) the store refuses
+writes: reopening reads whatever the server kept, so the writer's state and
+storage never disagree.
 
 Durability: a record is committed as the server's ``synchronous_commit``
 says: with PostgreSQL's default (``on``) every acknowledged record survives a
@@ -120,6 +123,10 @@ CHANNEL = "cairn_records"
 PAGE_ROWS = 500
 #: Seconds to wait for a server before giving up, unless the URL says otherwise.
 CONNECT_TIMEOUT_S = 10
+#: A writer that lost its connection tries a new one at most this often.
+RECONNECT_EVERY_S = 5.0
+#: How long a reconnecting writer waits for its lost connection's server process to end.
+BACKEND_EXIT_S = 5.0
 #: The advisory lock (two 32-bit keys: "CAIR", 1) taken while creating the tables.
 #: Sessions use single 64-bit keys, which PostgreSQL keeps apart from two-key locks.
 _SCHEMA_LOCK = (0x43414952, 1)
@@ -293,6 +300,20 @@ def _check_key(key: str) -> str:
     return task_key(parent, task) if slash else check_session_id(key)
 
 
+def _until_gone(conn: Connection, backend_pid: int) -> None:
+    """Wait (a bounded while) for a lost connection's server process to end.
+
+    A terminated backend holds its session's lock until its process exits:
+    the writer reconnecting must not take its own dying lock for another's.
+    """
+    deadline = time.monotonic() + BACKEND_EXIT_S
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend_pid,))
+        if row.fetchone() is None:
+            return
+        time.sleep(0.01)
+
+
 def _location(conn: Connection, session_id: str) -> Path:
     return Path("postgresql") / conn.info.dbname / session_id
 
@@ -411,16 +432,18 @@ class PostgresTranscriptStore:
         self._resumption = resumption
         self._seq = last_seq
         self._warnings = list(warnings)
-        #: Why the connection was lost, once it was: the store writes no more.
+        #: Why the connection was lost, once it was: writing waits for a reconnection.
         self._lost: str | None = None
+        #: When a failed reconnection may be tried again (``time.monotonic``).
+        self._retry_at = 0.0
         # One writer, but maybe several threads (a surface reading pages while
         # the agent appends): one statement or transaction at a time.
         self._lock = threading.Lock()
-        if fsync_every_record:
-            conn.execute("SET synchronous_commit TO on")
-        row = conn.execute("SHOW synchronous_commit").fetchone()
+        self._fsync_every_record = fsync_every_record
         #: Whether each commit is flushed before it returns (any setting but ``off``).
-        self._durable_commits = row is not None and row[0] != "off"
+        self._durable_commits = self._prepare(conn)
+        #: The server process of the connection (a lost one's, once it is lost).
+        self._backend_pid = conn.info.backend_pid
 
     # -- opening ---------------------------------------------------------
 
@@ -653,6 +676,13 @@ class PostgresTranscriptStore:
                 ) from None
             self._seq = seq
 
+    def _prepare(self, conn: Connection) -> bool:
+        """Set a writer's connection up; whether its commits are durable when they return."""
+        if self._fsync_every_record:
+            conn.execute("SET synchronous_commit TO on")
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        return row is not None and row[0] != "off"
+
     def _note_loss(self, conn: Connection, exc: BaseException) -> None:
         if conn.broken or conn.closed:
             self._lost = _cause(exc)
@@ -661,11 +691,56 @@ class PostgresTranscriptStore:
         if self._conn is None:
             raise TranscriptWriteError(f"{self._location}: the store is closed")
         if self._lost is not None:
-            raise TranscriptWriteError(
-                f"{self._location}: the connection to the database was lost ({self._lost}); "
-                "reopen the session"
-            )
+            self._reconnect(self._conn, self._lost)
         return self._conn
+
+    def _reconnect(self, old: Connection, lost: str) -> None:
+        """Carry on over a new connection after losing one (a server restart, a failover).
+
+        Only if nothing can have changed meanwhile: the session's lock, which
+        went with the old connection, is taken again, and its rows must end
+        exactly at the last record this writer saw committed. Otherwise another
+        writer wrote, or a commit's outcome never came back (or was not yet
+        durable when the server went down), and only reopening the session can
+        say what it holds. Tried at most every ``RECONNECT_EVERY_S`` seconds.
+        """
+        import psycopg
+
+        refused = f"{self._location}: the connection to the database was lost ({lost})"
+        if time.monotonic() < self._retry_at:
+            raise TranscriptWriteError(f"{refused}; reconnecting failed, will retry shortly")
+        self._retry_at = time.monotonic() + RECONNECT_EVERY_S
+        try:
+            conn = _connect(self._url)
+        except StoreError as exc:
+            raise TranscriptWriteError(f"{refused}; {exc}") from None
+        try:
+            _until_gone(conn, self._backend_pid)
+            if conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone() != (True,):
+                raise TranscriptWriteError(
+                    f"{refused}, and {_holder(conn, self._key)} has opened it since; "
+                    "reopen the session"
+                )
+            row = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM cairn_records WHERE session_id = %s",
+                (self._session_id,),
+            ).fetchone()
+            stored = int(row[0]) if row is not None else 0
+            if stored != self._seq:
+                raise TranscriptWriteError(
+                    f"{refused}, and it now ends at line {stored}, not at line {self._seq} "
+                    "where this writer left it; reopen the session"
+                )
+            durable = self._prepare(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise TranscriptWriteError(f"{refused}; reconnecting failed ({_cause(exc)})") from None
+        except BaseException:
+            conn.close()
+            raise
+        old.close()
+        self._conn, self._lost, self._durable_commits = conn, None, durable
+        self._backend_pid = conn.info.backend_pid
 
     # -- reading ---------------------------------------------------------
 
