@@ -124,9 +124,18 @@ def test_an_unknown_session_is_one_line(tmp_path: Path, env: dict[str, str]) -> 
 def test_list_shows_the_workspace_sessions(tmp_path: Path, env: dict[str, str]) -> None:
     make_session(tmp_path / "home", tmp_path, "s1")
     make_session(tmp_path / "home", tmp_path, "s2")
+    broken = JsonlStoreFactory(tmp_path / "home").path(tmp_path, "s3")
+    broken.write_text("not a transcript\n")
     done = cairn_p("sessions", "list", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
-    assert {line.split()[0] for line in done.stdout.splitlines()} == {"s1", "s2"}
+    lines = {line.split()[0]: line.split("Z  ", 1)[1] for line in done.stdout.splitlines()}
+    # What the pickers show: the message count (the compact block not counted) and
+    # the first prompt; a session that cannot be read says why, on its line.
+    assert lines == {
+        "s1": "5 messages  find the bug in parser.py",
+        "s2": "5 messages  find the bug in parser.py",
+        "s3": f"cannot be read: {broken} is not a Cairn transcript (no valid record found)",
+    }
 
 
 def test_inspect_takes_a_session_id(tmp_path: Path, env: dict[str, str]) -> None:

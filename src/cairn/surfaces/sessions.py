@@ -20,7 +20,7 @@ from typing import IO
 
 from cairn.agent.settings import SettingsError, load_settings
 from cairn.errors import CairnError
-from cairn.store import NotATranscriptError, StoreFactory
+from cairn.store import NotATranscriptError, StoreError, StoreFactory
 from cairn.store.jsonl import write_transcript
 from cairn.store.paths import normalize_workspace
 from cairn.store.postgres import mask_url
@@ -32,6 +32,7 @@ from cairn.store.transfer import (
     import_session,
     read_stored,
 )
+from cairn.surfaces.terminal.view import one_line
 
 #: Exit code of a command that could not be carried out (as for a usage error).
 EXIT_FAILED = 2
@@ -87,14 +88,26 @@ def stored_file(
 
 def run_list(store_url: str | None, workspace: Path, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
+    folder = Path(normalize_workspace(workspace))
+    lines = []
     try:
         with opened_stores(store_url, workspace) as stores:
-            found = stores.sessions(Path(normalize_workspace(workspace)))
+            found = stores.sessions(folder)
+            for stored in found:
+                when = datetime.fromtimestamp(stored.last_activity, UTC)
+                try:
+                    # As the pickers do: without reading the session whole.
+                    digest = stores.describe(folder, stored.session_id)
+                except StoreError as exc:
+                    what = f"cannot be read: {one_line(str(exc), 1000)}"
+                else:
+                    noun = "message" if digest.messages == 1 else "messages"
+                    prompt = one_line(digest.first_prompt, 60) or "(no prompt yet)"
+                    what = f"{digest.messages} {noun}  {prompt}"
+                lines.append(f"{stored.session_id}  {when:%Y-%m-%d %H:%M:%S}Z  {what}\n")
     except (CairnError, OSError) as exc:
         return _fail("sessions list", exc)
-    for stored in found:
-        when = datetime.fromtimestamp(stored.last_activity, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        out.write(f"{stored.session_id}  {when}Z  {stored.location}\n")
+    out.writelines(lines)
     if not found:
         out.write(f"no sessions for {workspace} in {describe_store(store_url, workspace)}\n")
     out.flush()
