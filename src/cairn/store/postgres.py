@@ -324,6 +324,11 @@ def _lock_key(session_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def _try_lock(conn: Connection, key: int) -> bool:
+    """Take a session's lock on ``conn`` if nobody holds it; held until ``conn`` closes."""
+    return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
+
+
 def _holder(conn: Connection, key: int) -> str:
     """Who holds a session's lock, as far as the server tells."""
     unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
@@ -478,7 +483,7 @@ class PostgresTranscriptStore:
             line, stored = _encode(header, where)
             exists = TranscriptWriteError(f"{where}: it already exists; open it to resume")
             key = _lock_key(session_id)
-            if conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() != (True,):
+            if not _try_lock(conn, key):
                 raise exists  # its writer has it open
             with conn.transaction():
                 added = conn.execute(
@@ -541,7 +546,7 @@ class PostgresTranscriptStore:
                     f"(it belongs to {row[0]})"
                 )
             key = _lock_key(session_id)
-            if conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() != (True,):
+            if not _try_lock(conn, key):
                 raise TranscriptLockedError(
                     f"{where}: it is already open for writing by {_holder(conn, key)}; "
                     "close it there first (one writer per session)"
@@ -716,7 +721,7 @@ class PostgresTranscriptStore:
             raise TranscriptWriteError(f"{refused}; {exc}") from None
         try:
             _until_gone(conn, self._backend_pid)
-            if conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone() != (True,):
+            if not _try_lock(conn, self._key):
                 raise TranscriptWriteError(
                     f"{refused}, and {_holder(conn, self._key)} has opened it since; "
                     "reopen the session"

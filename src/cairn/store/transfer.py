@@ -18,7 +18,7 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,12 +85,9 @@ def export_session(stores: StoreFactory, session_id: str, path: Path) -> Moved:
     }
     artifacts = stores.artifacts_dir(workspace, session_id)
     files = list(_artifact_files(artifacts))
-    warnings = [*transcript.warnings]
-    for task, read in tasks.items():
-        warnings += [f"{SUBAGENTS_DIR}/{task}{TRANSCRIPT_SUFFIX}: {w}" for w in read.warnings]
     if not tasks and not files:
         write_transcript(path, transcript.records)
-        return Moved(session_id, header.workspace, len(transcript.records), tuple(warnings))
+        return _moved(header, transcript, tasks, 0)
     # Built aside, moved into place once the file is written: a failed export
     # leaves neither behind.
     staging = folder.with_name(f".{folder.name}.{os.getpid()}.new")
@@ -112,14 +109,7 @@ def export_session(stores: StoreFactory, session_id: str, path: Path) -> Moved:
         raise TranscriptWriteError(f"cannot export to {folder}: {exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Moved(
-        session_id,
-        header.workspace,
-        len(transcript.records),
-        tuple(warnings),
-        tasks=len(tasks),
-        files=len(files),
-    )
+    return _moved(header, transcript, tasks, len(files))
 
 
 def import_session(stores: StoreFactory, path: Path) -> Moved:
@@ -173,16 +163,23 @@ def import_session(stores: StoreFactory, path: Path) -> Moved:
             f"session {session_id} was imported, but its files could not all be copied to "
             f"{artifacts}: {exc}"
         ) from None
+    return _moved(header, transcript, {t: read for t, (_, read) in tasks.items()}, len(files))
+
+
+def _moved(
+    header: SessionRecord, transcript: Transcript, tasks: Mapping[str, Transcript], files: int
+) -> Moved:
+    """What moved, with the warnings of the session's lines and of its tasks' lines."""
     warnings = [*transcript.warnings]
-    for task, (_, read) in tasks.items():
+    for task, read in tasks.items():
         warnings += [f"{SUBAGENTS_DIR}/{task}{TRANSCRIPT_SUFFIX}: {w}" for w in read.warnings]
     return Moved(
-        session_id,
+        header.session_id,
         header.workspace,
         len(transcript.records),
         tuple(warnings),
         tasks=len(tasks),
-        files=len(files),
+        files=files,
     )
 
 
