@@ -51,3 +51,23 @@ def test_moved_counts_what_went_with_the_session(tmp_path: Path) -> None:
     imported = import_session(JsonlStoreFactory(tmp_path / "other"), out)
     assert (exported.tasks, exported.files) == (imported.tasks, imported.files) == (2, 3)
     assert exported.records == imported.records == 8
+
+
+def test_a_file_under_subagents_that_no_task_id_names_travels_as_an_artifact(
+    tmp_path: Path,
+) -> None:
+    make_session(tmp_path / "home", tmp_path)
+    add_tasks_and_artifacts(tmp_path / "home", tmp_path)
+    stores = JsonlStoreFactory(tmp_path / "home")
+    stray = stores.artifacts_dir(tmp_path, "s1") / "subagents" / "notes for me.jsonl"
+    stray.write_text("my own notes\n")
+    assert stores.subagents(tmp_path, "s1") == ["task_1", "task_2"]
+    out = tmp_path / "s1.jsonl"
+    exported = export_session(stores, "s1", out)
+    assert (exported.tasks, exported.files) == (2, 4)
+    other = JsonlStoreFactory(tmp_path / "other")
+    imported = import_session(other, out)
+    assert (imported.tasks, imported.files) == (2, 4)
+    copied = other.artifacts_dir(tmp_path, "s1") / "subagents" / "notes for me.jsonl"
+    assert copied.read_text() == "my own notes\n"
+    assert other.subagents(tmp_path, "s1") == ["task_1", "task_2"]

@@ -50,6 +50,7 @@ from cairn.store.paths import (
     TRANSCRIPT_SUFFIX,
     cairn_home,
     check_session_id,
+    is_session_id,
     session_path,
 )
 from cairn.store.records import (
@@ -872,7 +873,8 @@ class JsonlStoreFactory:
 
     def subagents(self, workspace: Path, session_id: str) -> list[str]:
         folder = self.artifacts_dir(workspace, session_id) / SUBAGENTS_DIR
-        return sorted(p.stem for p in folder.glob(f"*{TRANSCRIPT_SUFFIX}") if p.is_file())
+        found = (p.stem for p in folder.glob(f"*{TRANSCRIPT_SUFFIX}") if p.is_file())
+        return sorted(task for task in found if is_session_id(task))  # not a stray file
 
     def read_subagent(self, workspace: Path, session_id: str, task_id: str) -> Transcript:
         return read_transcript(self._subagent_path(workspace, session_id, task_id))

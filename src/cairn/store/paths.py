@@ -42,9 +42,14 @@ def new_session_id() -> str:
     return uuid.uuid4().hex
 
 
+def is_session_id(text: str) -> bool:
+    """Whether ``text`` is a valid session (or task) id: ``check_session_id`` accepts it."""
+    return _SESSION_ID.fullmatch(text) is not None
+
+
 def check_session_id(session_id: str) -> str:
     """Reject ids that could escape the project folder or break file names."""
-    if not _SESSION_ID.fullmatch(session_id):
+    if not is_session_id(session_id):
         raise ValueError(
             f"invalid session id {session_id!r}: use 1–128 letters, digits, '.', '_' or '-'"
         )

@@ -31,7 +31,7 @@ from cairn.store.base import (
     TranscriptWriteError,
 )
 from cairn.store.jsonl import read_transcript, write_transcript
-from cairn.store.paths import SUBAGENTS_DIR, TRANSCRIPT_SUFFIX
+from cairn.store.paths import SUBAGENTS_DIR, TRANSCRIPT_SUFFIX, is_session_id
 from cairn.store.records import SessionRecord
 
 
@@ -199,8 +199,8 @@ def _task_transcripts(folder: Path) -> dict[str, tuple[SessionRecord, Transcript
     """The tasks' transcripts in an export's folder, by task id, each checked for its header."""
     found: dict[str, tuple[SessionRecord, Transcript]] = {}
     for path in sorted((folder / SUBAGENTS_DIR).glob(f"*{TRANSCRIPT_SUFFIX}")):
-        if not path.is_file():
-            continue
+        if not _is_task_transcript(path.relative_to(folder)) or not path.is_file():
+            continue  # a file whose name is no task id is an artifact like any other
         read = read_transcript(path)
         if read.header is None or read.header.session_id != path.stem:
             raise TranscriptHeaderError(
@@ -217,6 +217,14 @@ def _artifact_files(folder: Path) -> Iterator[Path]:
         return
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
-        is_task = relative.parent == Path(SUBAGENTS_DIR) and path.suffix == TRANSCRIPT_SUFFIX
-        if path.is_file() and not is_task:
+        if path.is_file() and not _is_task_transcript(relative):
             yield relative
+
+
+def _is_task_transcript(relative: Path) -> bool:
+    """``subagents/<task id>.jsonl``, where the store keeps a task's transcript."""
+    return (
+        relative.parent == Path(SUBAGENTS_DIR)
+        and relative.suffix == TRANSCRIPT_SUFFIX
+        and is_session_id(relative.stem)
+    )
