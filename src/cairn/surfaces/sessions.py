@@ -32,7 +32,7 @@ from cairn.store.transfer import (
     import_session,
     read_stored,
 )
-from cairn.surfaces.terminal.view import one_line
+from cairn.surfaces.terminal.view import messages_text, one_line, prompt_text
 
 #: Exit code of a command that could not be carried out (as for a usage error).
 EXIT_FAILED = 2
@@ -101,9 +101,7 @@ def run_list(store_url: str | None, workspace: Path, out: IO[str] | None = None)
                 except StoreError as exc:
                     what = f"cannot be read: {one_line(str(exc), 1000)}"
                 else:
-                    noun = "message" if digest.messages == 1 else "messages"
-                    prompt = one_line(digest.first_prompt, 60) or "(no prompt yet)"
-                    what = f"{digest.messages} {noun}  {prompt}"
+                    what = f"{messages_text(digest.messages)}  {prompt_text(digest.first_prompt)}"
                 lines.append(f"{stored.session_id}  {when:%Y-%m-%d %H:%M:%S}Z  {what}\n")
     except (CairnError, OSError) as exc:
         return _fail("sessions list", exc)

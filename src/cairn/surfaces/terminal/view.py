@@ -420,6 +420,14 @@ def age_text(seconds: float) -> str:
 
 def session_line(first_prompt: str, messages: int, age_seconds: float) -> str:
     """One session in the picker: its first prompt, its size and when it was last used."""
-    prompt = one_line(first_prompt, 60) or "(no prompt yet)"
-    noun = "message" if messages == 1 else "messages"
-    return f"{prompt} · {messages} {noun} · {age_text(age_seconds)}"
+    return f"{prompt_text(first_prompt)} · {messages_text(messages)} · {age_text(age_seconds)}"
+
+
+def prompt_text(first_prompt: str) -> str:
+    """A session's first prompt as a list of sessions shows it: one line, 60 characters."""
+    return one_line(first_prompt, 60) or "(no prompt yet)"
+
+
+def messages_text(messages: int) -> str:
+    """``1 message``, ``5 messages``."""
+    return f"{messages} {'message' if messages == 1 else 'messages'}"
