@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -253,7 +254,8 @@ def test_sigkill_at_any_moment_through_cairn_p(tmp_path: Path, openai_server: Op
         ok = resumed.returncode in (0, 1) and "Traceback" not in resumed.stderr
         if not ok or not bodies or any(split_rounds(b["messages"]) for b in bodies):
             figures["resume_failed"] += 1
-        assert "HTTP 400" not in resumed.stderr and "400" not in resumed.stderr, resumed.stderr
+        # A word-bounded 400: session ids are hex and may hold the digits "400".
+        assert re.search(r"\b400\b", resumed.stderr) is None, resumed.stderr
     record("kills_cairn_p", **figures)
     assert figures["kills"] == kills
     assert figures["unloadable"] == figures["resume_failed"] == 0, figures
