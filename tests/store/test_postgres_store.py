@@ -845,14 +845,18 @@ def test_another_process_follows_a_session_live(
     code = """
         import json, sys
         from cairn.store.postgres import PostgresStoreFactory
+        from pathlib import Path
         factory = PostgresStoreFactory(sys.argv[1])
-        for count, (seq, record) in enumerate(factory.follow("s1", timeout=60), start=1):
+        followed = factory.follow(Path(sys.argv[3]), "s1", timeout=60)
+        for count, (seq, record) in enumerate(followed, start=1):
             print(json.dumps([seq, record.id]), flush=True)
             if count == int(sys.argv[2]):
                 break
     """
     child = subprocess.Popen(
-        python(code, postgres_url, str(expected_total)), stdout=subprocess.PIPE, text=True
+        python(code, postgres_url, str(expected_total), str(workspace)),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert child.stdout is not None
     seen = [json.loads(child.stdout.readline()) for _ in range(2)]  # what was stored before
@@ -872,12 +876,24 @@ def test_follow_starts_after_a_seq_and_stops_after_its_timeout_of_silence(
 ) -> None:
     store = stores.create(workspace, header("s1", workspace))
     append_all(store, [*chat_round("one"), *chat_round("two"), *chat_round("three")])
-    followed = list(stores.follow("s1", after=2, timeout=0.2))
+    followed = list(stores.follow(workspace, "s1", after=2, timeout=0.2))
     assert [seq for seq, _ in followed] == [3, 4]
     assert [r.message.text for _, r in followed if isinstance(r, MessageRecord)] == ["two", "three"]
-    assert list(stores.follow("s1", after=store.last_seq, timeout=0)) == []
+    assert list(stores.follow(workspace, "s1", after=store.last_seq, timeout=0)) == []
     with pytest.raises(ValueError, match="invalid session id"):
-        stores.follow("../etc")
+        stores.follow(workspace, "../etc")
+    # Only a session of that workspace, and one that is stored.
+    with pytest.raises(NotATranscriptError, match="no such session"):
+        stores.follow(workspace / "elsewhere", "s1")
+    with pytest.raises(NotATranscriptError, match="no such session"):
+        stores.follow(workspace, "s2")
+    # Waiting for ever, it ends soon after its stop event is set.
+    stop = threading.Event()
+    waiting = threading.Thread(target=lambda: list(stores.follow(workspace, "s1", stop=stop)))
+    waiting.start()
+    stop.set()
+    waiting.join(WAIT_S)
+    assert not waiting.is_alive()
     store.close()
 
 

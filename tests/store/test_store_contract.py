@@ -8,8 +8,8 @@ PostgreSQL store side by side, the same record objects into both. After every
 step each store must agree with the pure views of the records written so far
 (the reference): the API view, the UI view (whole, and the pages asked for)
 and the writer's resumption, which after a reopen is the one read back. After
-each reopen and at the end, ``transcript()`` must read back exactly the
-records written: the two stores hold the same records.
+each reopen and at the end, ``transcript()`` and a follower must read back
+exactly the records written: the two stores hold the same records.
 """
 
 from __future__ import annotations
@@ -285,6 +285,10 @@ class Session:
         for name, store in self.stores.items():
             assert store.transcript().records == self.records, name
             assert self.factories[name].describe(self.workspace, self.session_id) == digest, name
+            # A follower reads the same records, numbered alike in both stores.
+            followed = list(self.factories[name].follow(self.workspace, self.session_id, timeout=0))
+            assert [seq for seq, _ in followed] == list(range(1, len(self.records) + 1)), name
+            assert [record for _, record in followed] == self.records, name
 
 
 def summary(state: Resumption) -> tuple[object, ...]:

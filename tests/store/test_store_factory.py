@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from cairn.messages import user
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import (
     JsonlStoreFactory,
+    Record,
     SessionDigest,
     SessionRecord,
     StoredSession,
@@ -75,6 +78,18 @@ class Elsewhere:
     def describe(self, workspace: Path, session_id: str) -> SessionDigest:
         self.calls.append(f"describe {session_id}")
         return self._files.describe(workspace, session_id)
+
+    def follow(
+        self,
+        workspace: Path,
+        session_id: str,
+        after: int = 0,
+        *,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[tuple[int, Record]]:
+        self.calls.append(f"follow {session_id}")
+        return self._files.follow(workspace, session_id, after, timeout=timeout, stop=stop)
 
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         return self._files.artifacts_dir(workspace, session_id)

@@ -42,6 +42,7 @@ from cairn.store.views import (
     UiPage,
     api_view,
     resumption,
+    ui_entries,
     ui_page,
     ui_view,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "read_transcript",
     "resumption",
     "session_path",
+    "ui_entries",
     "ui_page",
     "ui_view",
     "workspace_slug",

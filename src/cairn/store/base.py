@@ -7,6 +7,8 @@ pipeline noticing.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -185,6 +187,27 @@ class StoreFactory(Protocol):
         """A session's first prompt and message count, read-only and without its history.
 
         Raises what ``read`` raises; costs what follows its last checkpoint.
+        """
+        ...
+
+    def follow(
+        self,
+        workspace: Path,
+        session_id: str,
+        after: int = 0,
+        *,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[tuple[int, Record]]:
+        """``(seq, record)`` for each record of a session past ``after``, as it is committed.
+
+        Records are numbered from 1 in order (the JSONL file's lines, the
+        database's rows). What is stored comes first, then each new record as
+        another process commits it; the iterator ends after ``timeout``
+        seconds without a new record when given (0: once what is stored is
+        read), soon after ``stop`` is set (from another thread), else when
+        the caller stops. Unreadable records are skipped.
+        Raises ``NotATranscriptError`` (no such session) before it yields.
         """
         ...
 

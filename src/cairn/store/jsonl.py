@@ -26,12 +26,15 @@ import errno
 import fcntl
 import gc
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 from cairn.durable import fsync_dir, write_all
 from cairn.messages import Message
@@ -45,6 +48,7 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
+from cairn.store.following import FOLLOW_POLL_S, Waiting, check_follow
 from cairn.store.paths import (
     SUBAGENTS_DIR,
     TRANSCRIPT_SUFFIX,
@@ -270,14 +274,7 @@ def describe_transcript(path: str | Path) -> SessionDigest:
     ``read_transcript`` does.
     """
     path = Path(path)
-    if path.is_dir():
-        raise NotATranscriptError(f"{path} is a directory, not a transcript file")
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise NotATranscriptError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise NotATranscriptError(f"{path}: cannot read ({exc.strerror})") from None
+    fd = _open_for_reading(path)
     try:
         prompt = first_prompt(iter_records(fd))
         tail = _tail_from_checkpoint(fd)
@@ -294,6 +291,89 @@ def describe_transcript(path: str | Path) -> SessionDigest:
         raise NotATranscriptError(f"{path}: cannot read ({exc.strerror})") from None
     finally:
         os.close(fd)
+
+
+def follow_transcript(
+    path: str | Path,
+    after: int = 0,
+    *,
+    timeout: float | None = None,
+    stop: threading.Event | None = None,
+) -> Iterator[tuple[int, Record]]:
+    """``(line number, record)`` for each record past line ``after``, as another process writes it.
+
+    Lines are numbered from 1, blank ones not counted: the rows the
+    PostgreSQL store would hold. The file is polled every ``FOLLOW_POLL_S``
+    seconds for more; a line counts once its newline is written, so a record
+    being written is never read half. Ends after ``timeout`` seconds without
+    a new record when given, soon after ``stop`` is set, else when the
+    caller stops. Raises ``NotATranscriptError`` at once for a file that
+    cannot be opened.
+    """
+    check_follow(after, timeout)
+    path = Path(path)
+    # A file object, not a bare descriptor: one never iterated is closed when collected.
+    handle = os.fdopen(_open_for_reading(path), "rb", buffering=0)
+    return _follow(path, handle, after, Waiting(timeout, stop))
+
+
+def _follow(
+    path: Path, handle: BinaryIO, after: int, wait: Waiting
+) -> Iterator[tuple[int, Record]]:
+    fd = handle.fileno()
+    try:
+        offset = seq = 0  # offset: just past the last whole line read
+        while True:
+            # From the last newline each time: a line still being written is read again
+            # once it is whole, and a torn one a reopening writer cut off is never read.
+            data, more = _whole_lines(fd, offset)
+            offset += len(data)
+            for line in data.split(b"\n"):
+                if not line:
+                    continue
+                seq += 1
+                if seq <= after:
+                    continue
+                try:
+                    record = decode_line(line)
+                except RecordFormatError:
+                    continue
+                yield seq, record
+                wait.restart()
+            if more:
+                continue
+            slice_s = wait.next_slice(FOLLOW_POLL_S)
+            if slice_s is not None and slice_s <= 0:
+                return
+            time.sleep(FOLLOW_POLL_S if slice_s is None else slice_s)
+    except OSError as exc:
+        raise NotATranscriptError(f"{path}: cannot read ({exc.strerror})") from None
+    finally:
+        handle.close()
+
+
+def _whole_lines(fd: int, offset: int) -> tuple[bytes, bool]:
+    """The whole lines from ``offset`` on, a chunk's worth or one line however long,
+    and whether more may be there already."""
+    data = b""
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset + len(data))
+        data += chunk
+        end = data.rfind(b"\n") + 1
+        if end or len(chunk) < _CHUNK:
+            return data[:end], len(chunk) == _CHUNK
+
+
+def _open_for_reading(path: Path) -> int:
+    """A read-only descriptor of a transcript, or the one-line ``NotATranscriptError``."""
+    if path.is_dir():
+        raise NotATranscriptError(f"{path} is a directory, not a transcript file")
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise NotATranscriptError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise NotATranscriptError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _has_text(fd: int) -> bool:
@@ -898,6 +978,19 @@ class JsonlStoreFactory:
 
     def describe(self, workspace: Path, session_id: str) -> SessionDigest:
         return describe_transcript(self.path(workspace, session_id))
+
+    def follow(
+        self,
+        workspace: Path,
+        session_id: str,
+        after: int = 0,
+        *,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[tuple[int, Record]]:
+        return follow_transcript(
+            self.path(workspace, session_id), after, timeout=timeout, stop=stop
+        )
 
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         return self.path(workspace, session_id).with_suffix("")

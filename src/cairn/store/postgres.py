@@ -90,6 +90,7 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
+from cairn.store.following import Waiting, check_follow
 from cairn.store.paths import check_session_id, normalize_workspace, session_path
 from cairn.store.records import (
     CheckpointError,
@@ -359,6 +360,21 @@ def _message_lines(conn: Connection, session_id: str) -> Iterator[tuple[int, byt
         if len(rows) < PAGE_ROWS:
             return
         after = int(rows[-1][0])
+
+
+def _check_belongs(conn: Connection, session_id: str, workspace: str | None) -> Path:
+    """The session's location; ``NotATranscriptError`` unless it is stored (in ``workspace``).
+
+    With a workspace, only a top-level session of it: a task's transcript is
+    read through its parent.
+    """
+    location = _location(conn, session_id)
+    row = conn.execute(
+        "SELECT workspace, parent_id FROM cairn_sessions WHERE session_id = %s", (session_id,)
+    ).fetchone()
+    if row is None or (workspace is not None and (row[0] != workspace or row[1] is not None)):
+        raise NotATranscriptError(f"{location}: no such session")
+    return location
 
 
 def _decoded(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Record]]:
@@ -1034,13 +1050,7 @@ class PostgresStoreFactory:
 
     def _read(self, session_id: str, workspace: str | None) -> Transcript:
         with self._shared("cannot read sessions") as conn:
-            location = _location(conn, session_id)
-            row = conn.execute(
-                "SELECT workspace, parent_id FROM cairn_sessions WHERE session_id = %s",
-                (session_id,),
-            ).fetchone()
-        if row is None or (workspace is not None and (row[0] != workspace or row[1] is not None)):
-            raise NotATranscriptError(f"{location}: no such session")
+            location = _check_belongs(conn, session_id, workspace)
 
         def lines() -> Iterator[tuple[int, bytes]]:
             after = 0
@@ -1060,23 +1070,29 @@ class PostgresStoreFactory:
         return transcript
 
     def follow(
-        self, session_id: str, after: int = 0, *, timeout: float | None = None
+        self,
+        workspace: Path,
+        session_id: str,
+        after: int = 0,
+        *,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[tuple[int, Record]]:
         """``(seq, record)`` for each record of the session past ``after``, as it is committed.
 
         Yields what is stored first, then waits (LISTEN) for new records, on a
-        connection of its own; stops after ``timeout`` seconds without a new
-        record when given, else when the caller stops iterating. Rows that are
-        not valid records are skipped, as ``ui_page`` skips them.
+        connection of its own; ends after ``timeout`` seconds without a new
+        record when given, soon after ``stop`` is set, else when the caller
+        stops iterating. Rows that are not valid records are skipped, as
+        ``ui_page`` skips them.
         """
         check_session_id(session_id)
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be at least 0, not {timeout}")
-        return self._follow(session_id, after, timeout)
+        check_follow(after, timeout)
+        with self._shared("cannot read sessions") as conn:
+            _check_belongs(conn, session_id, normalize_workspace(workspace))
+        return self._follow(session_id, after, Waiting(timeout, stop))
 
-    def _follow(
-        self, session_id: str, after: int, timeout: float | None
-    ) -> Iterator[tuple[int, Record]]:
+    def _follow(self, session_id: str, after: int, wait: Waiting) -> Iterator[tuple[int, Record]]:
         import psycopg
 
         conn = _connect(self._url)
@@ -1084,19 +1100,17 @@ class PostgresStoreFactory:
             # Listen before reading: a record committed after the read is announced.
             conn.execute(f"LISTEN {CHANNEL}")
             last = after
-            deadline = None if timeout is None else time.monotonic() + timeout
             while True:
                 while True:
                     rows = _page(conn, session_id, last)
                     for seq, record in _decoded(rows):
                         yield seq, record
-                        if timeout is not None:
-                            deadline = time.monotonic() + timeout
+                        wait.restart()
                     if rows:
                         last = rows[-1][0]
                     if len(rows) < PAGE_ROWS:
                         break
-                if not self._announced(conn, session_id, last, deadline):
+                if not self._announced(conn, session_id, last, wait):
                     return
         except psycopg.Error as exc:
             raise StoreError(f"cannot follow session {session_id}: {_cause(exc)}") from None
@@ -1104,15 +1118,15 @@ class PostgresStoreFactory:
             conn.close()
 
     @staticmethod
-    def _announced(conn: Connection, session_id: str, last: int, deadline: float | None) -> bool:
-        """Wait for news of a record past ``last``; ``False`` at the deadline."""
+    def _announced(conn: Connection, session_id: str, last: int, wait: Waiting) -> bool:
+        """Wait for news of a record past ``last``; ``False`` once the wait is over."""
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            slice_s = wait.next_slice()
+            if slice_s is not None and slice_s <= 0:
                 return False
             announced = False
             # Run the generator to its end: it holds the connection's lock meanwhile.
-            for note in conn.notifies(timeout=remaining, stop_after=1):
+            for note in conn.notifies(timeout=slice_s, stop_after=1):
                 sid, _, seq = note.payload.partition(" ")
                 announced |= sid == session_id and seq.isdigit() and int(seq) > last
             if announced:

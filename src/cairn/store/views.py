@@ -222,12 +222,13 @@ def ui_view(
     ``ignored_checkpoints`` (from an ``ApiView`` of the same records, from
     their start) saves re-checking each checkpoint.
     """
-    return list(_ui_entries(records, ignored_checkpoints))
+    return list(ui_entries(records, ignored_checkpoints))
 
 
-def _ui_entries(
-    records: Iterable[Record], ignored_checkpoints: Collection[str] | None
+def ui_entries(
+    records: Iterable[Record], ignored_checkpoints: Collection[str] | None = None
 ) -> Iterator[Message]:
+    """``ui_view`` as a stream: each entry as soon as its record is read (a follower's view)."""
     for record in records:
         match record:
             case MessageRecord() if not record.message.meta.hidden:
@@ -275,7 +276,7 @@ def ui_page(
         raise ValueError(f"before must be at least 0, not {before}")
     page: deque[Message] = deque(maxlen=limit)
     total = 0
-    for message in _ui_entries(records, ignored_checkpoints):
+    for message in ui_entries(records, ignored_checkpoints):
         if before is None or total < before:
             page.append(message)
         total += 1
