@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
@@ -37,6 +37,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
 )
 from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
     TOKEN,
+    WAIT_MS,
     WebServer,
     browser_fixture,
     busy,
@@ -692,3 +693,48 @@ def test_stream_tail_in_the_page_matches_the_python_rule(
         ]
         for t in texts
     ]
+
+
+def test_a_second_worker_shows_a_session_the_first_is_writing_read_only_and_live(
+    web: Callable[..., WebServer], page: Page, model: Model, browser: Browser
+) -> None:
+    """Two ``cairn web`` workers on one store: the session the first page writes is
+    followed in the second page, its prompt box disabled, new rows arriving as written."""
+    first, second = web(), web()
+    load(page, first)
+    converse(page, "p1", 1, prefix="written by the first worker")
+    session_id = session_of(page, "p1")
+    built = all_rows(page, "p1")
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    other = context.new_page()
+    try:
+        load(other, second)
+        other.locator(f'#sessions .session[data-session="{session_id}"]').click()
+        follower = pane(other, "p1")
+        expect(follower).to_have_attribute("data-session", session_id)
+        expect(follower).to_have_class(re.compile(r"\bread-only\b"))
+        box = follower.locator("textarea.prompt")
+        expect(box).to_be_disabled()
+        expect(box).to_have_attribute("placeholder", re.compile("another process"))
+        expect(follower.locator(".row.notice")).to_contain_text("being written by another process")
+        shown = [(r["kind"], r["text"]) for r in rows(other, "p1") if r["kind"] != "notice"]
+        assert shown == [(r["kind"], r["text"]) for r in built]
+
+        # The first page goes on; the second shows each new message as it is committed.
+        wanted = total_rows(other, "p1") + 2
+        converse(page, "p1", 1, prefix="live from the first worker")
+        wait_js(
+            other,
+            "([id, wanted]) => Number(document.querySelector("
+            '`.pane[data-pane="${id}"] .spacer`)?.dataset.rows) >= wanted',
+            ["p1", wanted],
+            "the first worker's new round in the second page",
+        )
+        last = rows(other, "p1")[-2:]
+        assert [r["kind"] for r in last] == ["user", "assistant"]
+        assert last[0]["text"].startswith("live from the first worker 0")
+        screenshot(other, "web-follower")
+    finally:
+        context.close()

@@ -17,7 +17,9 @@ append, so a page fetched while events arrive never overlaps them.
 The guard (seed 004, 压缩期间的会话保护): while a pane's session streams, runs
 tools or a background task, or compacts, it cannot switch to another session
 nor ``/clear``; the page disables the controls, and the server refuses too.
-A session is open in at most one pane at a time, across every page.
+A session is open in at most one pane at a time, across every page. One
+that another process is writing (another worker, a terminal ``cairn``) opens
+read-only instead, followed live (``watch.Watch``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from cairn.errors import CairnError
 from cairn.messages import JSONObject, JSONValue
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import TranscriptLockedError, UiPage
+from cairn.surfaces.web.watch import Watch
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +151,8 @@ class Hub:
         self._open = open_sessions
         self._sessions_changed = on_sessions_changed
         self.panes: dict[str, Pane] = {}
+        #: Panes following a session another process writes (never also in ``panes``).
+        self.watches: dict[str, Watch] = {}
 
     # -- frames from the page ------------------------------------------------------
 
@@ -164,6 +169,13 @@ class Hub:
             self.send_sessions()
             return
         pane_id = _text(frame, "pane")
+        watch = self.watches.get(pane_id)
+        if watch is not None and kind in ("prompt", "cancel", "answer"):
+            self._refuse(pane_id, f"read-only: {watch.reason}")
+            return
+        if watch is not None and kind == "history":
+            await self._watch_history(watch, frame)
+            return
         if kind == "open":
             session_id = frame.get("sessionId")
             if session_id is not None and not isinstance(session_id, str):
@@ -189,7 +201,11 @@ class Hub:
     # -- panes -----------------------------------------------------------------------
 
     def open(self, pane_id: str, session_id: str | None) -> None:
-        """Bind the pane to a new session (``None``) or to a stored one."""
+        """Bind the pane to a new session (``None``) or to a stored one.
+
+        A stored one another process is writing is followed instead, read-only
+        (``Watch``); opening it again once that process let it go resumes it.
+        """
         pane = self.panes.get(pane_id)
         if pane is not None and pane.busy:
             self._refuse(
@@ -209,8 +225,21 @@ class Hub:
                 if session_id is None
                 else AgentSession.resume(runtime, session_id)
             )
-        except (LookupError, TranscriptLockedError) as exc:
-            # Not there, or open for writing elsewhere (a terminal `cairn` on it, say).
+        except TranscriptLockedError as exc:
+            # Open for writing elsewhere (another worker, a terminal `cairn`): follow it.
+            assert session_id is not None  # a new session has no other writer
+            if pane is not None:
+                self._release(pane)
+                del self.panes[pane_id]
+            self._unwatch(pane_id)
+            reason = f"session {session_id} is being written by another process: {exc}"
+            watch = Watch(
+                pane_id, session_id, runtime, self._send, reason=reason, page_size=HISTORY_PAGE
+            )
+            self.watches[pane_id] = watch
+            watch.start()
+            return
+        except LookupError as exc:
             runtime.close()
             self._refuse(pane_id, str(exc))
             return
@@ -222,6 +251,7 @@ class Hub:
             return
         if pane is not None:
             self._release(pane)
+        self._unwatch(pane_id)
         pane = Pane(pane_id, runtime, agent)
         self._open.claim(pane)
         self.panes[pane_id] = pane
@@ -278,6 +308,7 @@ class Hub:
         )
 
     async def close_pane(self, pane_id: str) -> None:
+        self._unwatch(pane_id)
         pane = self.panes.pop(pane_id, None)
         if pane is None:
             return
@@ -288,12 +319,44 @@ class Hub:
         self._release(pane)
 
     def _release(self, pane: Pane) -> None:
-        self._open.release(pane)
-        pane.runtime.close()
+        # The store's lock goes first: a pane that opens the session as soon as it is
+        # released must find it free to resume, not locked (and so only to follow).
+        try:
+            pane.runtime.close()
+        finally:
+            self._open.release(pane)
 
     async def close(self) -> None:
-        for pane_id in list(self.panes):
+        for pane_id in [*self.panes, *self.watches]:
             await self.close_pane(pane_id)
+
+    def _unwatch(self, pane_id: str) -> None:
+        watch = self.watches.pop(pane_id, None)
+        if watch is not None:
+            watch.stop()
+
+    async def _watch_history(self, watch: Watch, frame: dict[str, JSONValue]) -> None:
+        before = _count(frame, "before", 0)
+        limit = _count(frame, "limit", 1, HISTORY_LIMIT_MAX)
+        try:
+            page = await watch.history(before, limit)
+        except (CairnError, OSError) as exc:
+            self._unreadable(watch.id, exc)
+            return
+        if self.watches.get(watch.id) is not watch:
+            return  # the pane shows something else now
+        if before > page.total:
+            raise FrameError(f"history: before must be at most {page.total}, the session's entries")
+        self._send(
+            {
+                "type": "history",
+                "pane": watch.id,
+                "sessionId": watch.session_id,
+                "messages": _wire(page),
+                "start": page.start,
+                "total": page.total,
+            }
+        )
 
     # -- prompts and commands ---------------------------------------------------------
 

@@ -20,6 +20,8 @@ const HISTORY_LIMIT = 300;
 // How near the top of the list (in heights of the view) the next page is asked for, so
 // it is usually there before the user reaches the top.
 const EARLIER_SCREENS = 2;
+const PLACEHOLDER = "Ask Cairn, or /help";
+const READ_ONLY_PLACEHOLDER = "Read-only: another process is writing this session";
 
 export class Pane {
   // `host`: {send(frame), focus(pane), close(pane), guardChanged(pane)}
@@ -28,6 +30,7 @@ export class Pane {
     this.host = host;
     this.sessionId = null;
     this.busy = false;
+    this.readOnly = false;
     this.status = "idle";
     this.usage = EMPTY_USAGE;
     this.compacting = false;
@@ -75,7 +78,7 @@ export class Pane {
     const composer = element("div", "composer");
     this.prompt = element("textarea", "prompt");
     this.prompt.rows = 2;
-    this.prompt.placeholder = "Ask Cairn, or /help";
+    this.prompt.placeholder = PLACEHOLDER;
     this.prompt.addEventListener("keydown", (event) => this.keydown(event));
     this.prompt.addEventListener("input", () => this.note(""));
     this.noteLine = element("div", "note");
@@ -104,6 +107,11 @@ export class Pane {
     this.drawEarlier();
     this.usage = frame.usage ?? EMPTY_USAGE;
     this.busy = Boolean(frame.busy);
+    // Another process writes this session: the pane follows it and cannot prompt.
+    this.readOnly = Boolean(frame.readOnly);
+    this.prompt.disabled = this.readOnly;
+    this.prompt.placeholder = this.readOnly ? READ_ONLY_PLACEHOLDER : PLACEHOLDER;
+    this.el.classList.toggle("read-only", this.readOnly);
     this.status = "idle";
     this.compacting = false;
     this.compactionText = "";
