@@ -250,14 +250,13 @@ def read_transcript(path: str | Path) -> Transcript:
     non-empty file in which no line is a Cairn record.
     """
     path = Path(path)
-    if path.is_dir():
-        raise NotATranscriptError(f"{path} is a directory, not a transcript file")
+    fd = _open_for_reading(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise NotATranscriptError(f"{path}: no such file") from None
+        data = _read_all(fd)
     except OSError as exc:
         raise NotATranscriptError(f"{path}: cannot read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     transcript, _ = parse_transcript(path, data)
     if data.strip() and not transcript.records:
         raise NotATranscriptError(f"{path} is not a Cairn transcript (no valid record found)")
