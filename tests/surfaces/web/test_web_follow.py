@@ -10,12 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.testclient import TestClient
-from test_web_server import ANSWER, TOKEN, Page, answering, page
+from test_web_server import ANSWER, Page, answering, make_client, page
 
 from cairn.agent.settings import Settings, StoreSettings
-from cairn.provider import ModelConfig, OpenAIProvider
-from cairn.surfaces.web import WebSetup, create_app
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     openai_server_fixture,
@@ -31,24 +28,6 @@ def store_settings(request: pytest.FixtureRequest) -> Settings:
         return Settings()
     url: str = request.getfixturevalue("postgres_url")
     return Settings(store=StoreSettings(url=url))
-
-
-@contextmanager
-def worker(tmp_path: Path, server: OpenAIServer, settings: Settings) -> Iterator[TestClient]:
-    """One ``cairn web`` server; every worker of a test shares the workspace and the store."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir(exist_ok=True)
-    model = ModelConfig(model="test-model", base_url=server.base_url, context_window=32_768)
-    setup = WebSetup(
-        model,
-        OpenAIProvider(model),
-        workspace,
-        home=tmp_path / "home",
-        permission_mode="bypass",
-        settings=settings,
-    )
-    with TestClient(create_app(setup, TOKEN)) as client:
-        yield client
 
 
 @contextmanager
@@ -80,8 +59,8 @@ def test_a_second_worker_follows_a_session_the_first_is_writing(
 ) -> None:
     answering(openai_server)
     with (
-        worker(tmp_path, openai_server, store_settings) as first,
-        worker(tmp_path, openai_server, store_settings) as second,
+        make_client(tmp_path, openai_server, settings=store_settings) as first,
+        make_client(tmp_path, openai_server, settings=store_settings) as second,
         page(first) as writer,
         page(second) as follower,
         within(follower),
@@ -142,7 +121,7 @@ def test_a_session_open_in_another_pane_of_the_same_worker_is_still_refused(
 ) -> None:
     """One worker shows a session in one pane at a time: it needs no follower for its own."""
     answering(openai_server)
-    with worker(tmp_path, openai_server, Settings()) as client, page(client) as p:
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
         session_id = p.open("p1")["sessionId"]
         refused = p.open("p2", session_id)
         assert refused["type"] == "refused" and "open in another pane" in refused["text"]

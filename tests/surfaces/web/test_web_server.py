@@ -50,8 +50,12 @@ def answering(server: OpenAIServer, *, hold: threading.Event | None = None) -> N
 
 
 def make_client(
-    tmp_path: Path, server: OpenAIServer, mode: PermissionMode = "bypass"
+    tmp_path: Path,
+    server: OpenAIServer,
+    mode: PermissionMode = "bypass",
+    settings: Settings | None = None,
 ) -> TestClient:
+    """One ``cairn web`` app; every app of a test shares its workspace and its store."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     model = ModelConfig(model="test-model", base_url=server.base_url, context_window=32_768)
@@ -61,7 +65,7 @@ def make_client(
         workspace,
         home=tmp_path / "home",
         permission_mode=mode,
-        settings=Settings(),
+        settings=settings or Settings(),
     )
     return TestClient(create_app(setup, TOKEN))
 
