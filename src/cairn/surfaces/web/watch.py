@@ -72,6 +72,8 @@ class Watch:
     def _run(self) -> None:
         try:
             last = self._catch_up()
+            if self._stop.is_set():
+                return
             stores, workspace = self._runtime.store_factory, self._runtime.workspace
             followed = stores.follow(workspace, self.session_id, last, stop=self._stop)
             for entry in ui_entries(record for _, record in followed):
@@ -96,6 +98,8 @@ class Watch:
         def stored() -> Iterator[Record]:
             nonlocal last
             for seq, record in self._records(timeout=0):
+                if self._stop.is_set():
+                    return  # the pane closed meanwhile: read no further, send nothing
                 last = seq
                 yield record
 
