@@ -22,6 +22,13 @@ the other work on the machine), on the same records:
    messages), ``CHECKPOINTS`` per store; both stores make it durable (fsync;
    a synchronous commit) before returning.
 
+3. Follow latency: from ``append`` returning in the writer to the record
+   reaching a follower (``StoreFactory.follow``) in another process,
+   ``FOLLOWED`` records a few milliseconds apart (a random gap, so the JSONL
+   follower's 0.1 s poll is met at every phase): LISTEN/NOTIFY against a
+   file polled for new lines. Both processes read ``CLOCK_MONOTONIC``, one
+   clock for the whole machine.
+
 The PostgreSQL server is a throwaway one, started by the tests' own code
 (``tests/postgres_server.py``): PostgreSQL's defaults (``fsync`` on), reached
 through a Unix socket. The targets — PostgreSQL append p99 ≤ 5 ms (a record
@@ -35,6 +42,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +87,20 @@ CHECKPOINT_P99_TARGET_MS = 50.0
 RESULTS = Path(__file__).resolve().parent / "results" / "store.json"
 
 T = TypeVar("T")
+
+FOLLOWED = 100
+#: The follower: prints ``seq monotonic_ns`` for each record, until the last one.
+FOLLOWER = """
+import sys, time
+from pathlib import Path
+from cairn.store.selection import open_store_factory
+url, home, workspace, session_id, last = sys.argv[1:]
+factory = open_store_factory(url or None, Path(home))
+for seq, _ in factory.follow(Path(workspace), session_id, timeout=60):
+    print(seq, time.monotonic_ns(), flush=True)
+    if seq == int(last):
+        break
+"""
 
 
 def typical_records(n: int, seed: int) -> list[MessageRecord]:
@@ -141,6 +163,35 @@ class Subject:
             self.checkpoints += timed(self.store.save_compaction, [record])
 
 
+def follow_latency(
+    factory: StoreFactory, url: str, home: Path, workspace: Path, seed: int
+) -> list[float]:
+    """Microseconds from each ``append`` returning to another process's follower yielding it."""
+    session_id = new_session_id()
+    store = factory.create(workspace, SessionRecord(session_id, str(workspace)))
+    records = typical_records(FOLLOWED, seed)
+    last = 1 + FOLLOWED  # the header is record 1; both stores number records alike
+    argv = [url, str(home), str(workspace), session_id, str(last)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", FOLLOWER, *argv], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    child.stdout.readline()  # the header: the follower is caught up and waiting
+    rng = random.Random(seed)
+    appended: dict[int, int] = {}
+    for seq, record in enumerate(records, start=2):
+        time.sleep(rng.uniform(0.005, 0.03))
+        store.append(record)
+        appended[seq] = time.monotonic_ns()
+    seen: dict[int, int] = {}
+    for line in child.stdout:
+        number, at = line.split()
+        seen[int(number)] = int(at)
+    child.wait(60)
+    store.close()
+    return [(seen[seq] - appended[seq]) / 1_000 for seq in appended]
+
+
 def timed(call: Callable[[T], None], items: Sequence[T]) -> list[float]:
     """Microseconds per ``call(item)``."""
     clock = time.perf_counter_ns
@@ -163,13 +214,21 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def markdown(results: dict[str, Any]) -> str:
     """The section of ``docs/benchmarks.md`` this benchmark owns."""
-    rows = [
-        f"| append, {name} | {v['p50']:,.1f} | {v['p99']:,.1f} |"
-        for name, v in results["append_us"].items()
-    ] + [
-        f"| save_compaction, {name} | {v['p50']:,.1f} | {v['p99']:,.1f} |"
-        for name, v in results["checkpoint_us"].items()
-    ]
+    rows = (
+        [
+            f"| append, {name} | {v['p50']:,.1f} | {v['p99']:,.1f} |"
+            for name, v in results["append_us"].items()
+        ]
+        + [
+            f"| save_compaction, {name} | {v['p50']:,.1f} | {v['p99']:,.1f} |"
+            for name, v in results["checkpoint_us"].items()
+        ]
+        + [
+            f"| follow (append → another process's follower), {name} | "
+            f"{v['p50']:,.1f} | {v['p99']:,.1f} |"
+            for name, v in results["follow_us"].items()
+        ]
+    )
     r = results["ratios"]
     return "\n".join(
         [
@@ -182,7 +241,9 @@ def markdown(results: dict[str, Any]) -> str:
             f"{results['appends']:,} appends of typical message records (median "
             f"{results['record_bytes_p50']:,} bytes) and {results['checkpoints']:,} "
             f"checkpoints (median {results['checkpoint_bytes_p50']:,} bytes), the stores "
-            "measured in alternating blocks in one run.",
+            "measured in alternating blocks in one run; then "
+            f"{results['followed']:,} records, 5–30 ms apart, from `append` returning to "
+            "a follower in another process yielding them.",
             "",
             "| measure | p50 | p99 |",
             "|---|---:|---:|",
@@ -194,7 +255,10 @@ def markdown(results: dict[str, Any]) -> str:
             f"{r['append_p50_postgres_to_jsonl_fsync']}× / "
             f"{r['append_p99_postgres_to_jsonl_fsync']}× (both durable per record); "
             f"save_compaction {r['checkpoint_p50_postgres_to_jsonl']}× / "
-            f"{r['checkpoint_p99_postgres_to_jsonl']}×. Targets: append p99 ≤ "
+            f"{r['checkpoint_p99_postgres_to_jsonl']}×; a follower in another process "
+            f"sees a record {r['follow_p50_jsonl_to_postgres']}× / "
+            f"{r['follow_p99_jsonl_to_postgres']}× later from the JSONL file (polled "
+            "every 0.1 s) than through PostgreSQL's NOTIFY. Targets: append p99 ≤ "
             f"{results['append_p99_target_ms']:g} ms **{results['append_verdict']}**, "
             f"save_compaction p99 ≤ {results['checkpoint_p99_target_ms']:g} ms "
             f"**{results['checkpoint_verdict']}**.",
@@ -243,6 +307,14 @@ def main() -> int:
                 subject.compact(turns[start : start + 10])
         for subject in subjects:
             subject.store.close()
+
+        console.print(f"follow: {FOLLOWED} records to a follower in another process per store …")
+        followed = {
+            "jsonl": follow_latency(
+                JsonlStoreFactory(Path(tmp) / "c"), "", Path(tmp) / "c", workspace, SEED + 2
+            ),
+            "postgres": follow_latency(durable, url, Path(tmp) / "d", workspace, SEED + 3),
+        }
         durable.close()
         relaxed.close()
 
@@ -254,6 +326,11 @@ def main() -> int:
     saved = {
         s.name: {"p50": percentile(s.checkpoints, 50), "p99": percentile(s.checkpoints, 99)}
         for s in (jsonl, postgres)
+    }
+
+    follow = {
+        name: {"p50": percentile(values, 50), "p99": percentile(values, 99)}
+        for name, values in followed.items()
     }
 
     def ratio(table: dict[str, dict[str, float]], a: str, b: str, q: str) -> float:
@@ -271,6 +348,10 @@ def main() -> int:
     }
     ratios |= {
         f"checkpoint_{q}_postgres_to_jsonl": ratio(saved, "postgres", "jsonl", q)
+        for q in ("p50", "p99")
+    }
+    ratios |= {
+        f"follow_{q}_jsonl_to_postgres": ratio(follow, "jsonl", "postgres", q)
         for q in ("p50", "p99")
     }
     append_verdict = "PASS" if append["postgres"]["p99"] <= APPEND_P99_TARGET_MS * 1000 else "MISS"
@@ -296,6 +377,8 @@ def main() -> int:
         "checkpoints": CHECKPOINTS,
         "checkpoint_bytes_p50": int(np.median(postgres.checkpoint_bytes)),
         "checkpoint_us": saved,
+        "followed": FOLLOWED,
+        "follow_us": follow,
         "ratios": ratios,
         "append_p99_target_ms": APPEND_P99_TARGET_MS,
         "append_verdict": append_verdict,
@@ -314,6 +397,8 @@ def main() -> int:
         table.add_row(f"append, {name}", f"{values['p50']:,.1f}", f"{values['p99']:,.1f}")
     for name, values in saved.items():
         table.add_row(f"save_compaction, {name}", f"{values['p50']:,.1f}", f"{values['p99']:,.1f}")
+    for name, values in follow.items():
+        table.add_row(f"follow, {name}", f"{values['p50']:,.1f}", f"{values['p99']:,.1f}")
     table.add_row(
         "postgres / jsonl, append",
         f"{ratios['append_p50_postgres_to_jsonl']}×",
@@ -328,6 +413,11 @@ def main() -> int:
         "postgres / jsonl, save_compaction",
         f"{ratios['checkpoint_p50_postgres_to_jsonl']}×",
         f"{ratios['checkpoint_p99_postgres_to_jsonl']}×",
+    )
+    table.add_row(
+        "jsonl / postgres, follow",
+        f"{ratios['follow_p50_jsonl_to_postgres']}×",
+        f"{ratios['follow_p99_jsonl_to_postgres']}×",
     )
     console.print(table)
     for label, verdict, target in (
