@@ -73,6 +73,7 @@ def test_a_second_worker_follows_a_session_the_first_is_writing(
         assert opened["sessionId"] == session_id and opened["busy"] is False
         assert contents(opened["messages"]) == [("user", "first question"), ("assistant", ANSWER)]
         assert (opened["start"], opened["total"]) == (0, 2)
+        assert opened["usage"]["compactions"] == 0
         notice = follower.until(lambda f: f["type"] == "notice" and f["pane"] == "q1")
         assert "being written by another process" in notice["text"]
 
@@ -83,6 +84,8 @@ def test_a_second_worker_follows_a_session_the_first_is_writing(
         writer.send(type="prompt", pane="p1", text="/compact keep the questions")
         block = added(follower, "q1", "compactBlockAdded")["block"]
         assert block["meta"]["kind"] == "compact_summary"
+        meter = follower.until(lambda f: f["type"] == "state" and f["pane"] == "q1")
+        assert meter["usage"]["compactions"] == 1 and meter["busy"] is False
         writer.idle("p1")
 
         # Read-only: nothing the follower sends can write to the session.

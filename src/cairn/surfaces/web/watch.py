@@ -19,7 +19,13 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from cairn.agent.events import CompactBlockAdded, MessageAdded, event_to_wire, message_to_wire
+from cairn.agent.events import (
+    CompactBlockAdded,
+    Event,
+    MessageAdded,
+    event_to_wire,
+    message_to_wire,
+)
 from cairn.agent.session import Runtime
 from cairn.errors import CairnError
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONObject, Message
@@ -71,26 +77,36 @@ class Watch:
 
     def _run(self) -> None:
         try:
-            last = self._catch_up()
+            last, compactions = self._catch_up()
             if self._stop.is_set():
                 return
             stores, workspace = self._runtime.store_factory, self._runtime.workspace
             followed = stores.follow(workspace, self.session_id, last, stop=self._stop)
             for entry in ui_entries(record for _, record in followed):
-                event = (
-                    CompactBlockAdded(entry)
-                    if entry.meta.kind == KIND_COMPACT_SUMMARY
-                    else MessageAdded(entry)
+                if entry.meta.kind != KIND_COMPACT_SUMMARY:
+                    self._post_event(MessageAdded(entry))
+                    continue
+                compactions += 1
+                self._post_event(CompactBlockAdded(entry))
+                # As a writing pane's meter counts it, after its block.
+                self._post(
+                    {
+                        "type": "state",
+                        "pane": self.id,
+                        "status": "idle",
+                        "busy": False,
+                        "usage": _usage(compactions),
+                    }
                 )
-                self._post({"type": "event", "pane": self.id, "event": event_to_wire(event)})
         except (CairnError, OSError) as exc:
             text = f"cannot follow session {self.session_id}: {exc}"
             self._post({"type": "error", "pane": self.id, "text": text})
         finally:
             self._runtime.close()
 
-    def _catch_up(self) -> int:
-        """Send ``opened`` with the end of what is stored; the seq of the last record read."""
+    def _catch_up(self) -> tuple[int, int]:
+        """Send ``opened`` with the end of what is stored; the seq of the last record read,
+        and the compactions so far."""
         last = 0
         page: deque[Message] = deque(maxlen=self._page_size)
         total = compactions = 0
@@ -115,20 +131,14 @@ class Watch:
                 "messages": [message_to_wire(m) for m in page],
                 "start": total - len(page),
                 "total": total,
-                "usage": {
-                    "latestTotalTokens": None,
-                    "window": None,
-                    "inputBudget": None,
-                    "compactions": compactions,
-                    "projectedTokens": None,
-                },
+                "usage": _usage(compactions),
                 "status": "idle",
                 "busy": False,
                 "readOnly": True,
             }
         )
         self._post({"type": "notice", "pane": self.id, "text": self.reason})
-        return last
+        return last, compactions
 
     def _page(self, before: int, limit: int) -> UiPage:
         return ui_page(
@@ -138,6 +148,9 @@ class Watch:
     def _records(self, *, timeout: float) -> Iterator[tuple[int, Record]]:
         stores, workspace = self._runtime.store_factory, self._runtime.workspace
         return stores.follow(workspace, self.session_id, timeout=timeout)
+
+    def _post_event(self, event: Event) -> None:
+        self._post({"type": "event", "pane": self.id, "event": event_to_wire(event)})
 
     def _post(self, frame: JSONObject) -> None:
         """Hand a frame to the loop's writer, unless the pane stopped following meanwhile."""
@@ -150,3 +163,14 @@ class Watch:
     def _deliver(self, frame: JSONObject) -> None:
         if not self._stop.is_set():
             self._send(frame)
+
+
+def _usage(compactions: int) -> JSONObject:
+    """The meter of a followed session: its compactions; its tokens are the writer's to know."""
+    return {
+        "latestTotalTokens": None,
+        "window": None,
+        "inputBudget": None,
+        "compactions": compactions,
+        "projectedTokens": None,
+    }
