@@ -31,14 +31,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.agent.agent_session import AgentSession, SessionBusyError, SessionUsage
+from cairn.agent.agent_session import AgentSession, SessionBusyError
 from cairn.agent.commands import HELP, parse_command
 from cairn.agent.events import (
     CompactBlockAdded,
     Event,
     StatusChange,
     event_to_wire,
-    message_to_wire,
 )
 from cairn.agent.loop import TurnError
 from cairn.agent.session import PERMISSION_DECISIONS, Runtime
@@ -48,6 +47,7 @@ from cairn.errors import CairnError
 from cairn.messages import JSONObject, JSONValue
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import TranscriptLockedError, UiPage
+from cairn.surfaces.web.frames import history_frame, opened_frame, state_frame
 from cairn.surfaces.web.watch import Watch
 
 log = logging.getLogger(__name__)
@@ -87,16 +87,6 @@ class WebSetup:
             permission_mode=self.permission_mode,
             answers_permissions=True,
         )
-
-
-def usage_json(usage: SessionUsage) -> JSONObject:
-    return {
-        "latestTotalTokens": usage.latest_total_tokens,
-        "window": usage.window,
-        "inputBudget": usage.input_budget,
-        "compactions": usage.compactions,
-        "projectedTokens": usage.projected_tokens,
-    }
 
 
 @dataclass
@@ -267,17 +257,14 @@ class Hub:
             page = UiPage([], 0, 0)
             self._unreadable(pane.id, exc)
         self._send(
-            {
-                "type": "opened",
-                "pane": pane.id,
-                "sessionId": pane.agent.id,
-                "messages": _wire(page),
-                "start": page.start,
-                "total": page.total,
-                "usage": usage_json(pane.agent.usage),
-                "status": pane.agent.status,
-                "busy": pane.busy,
-            }
+            opened_frame(
+                pane.id,
+                pane.agent.id,
+                page,
+                pane.agent.usage,
+                status=pane.agent.status,
+                busy=pane.busy,
+            )
         )
         pane.shown_busy = pane.busy
 
@@ -294,18 +281,7 @@ class Hub:
         except (CairnError, OSError) as exc:
             self._unreadable(pane_id, exc)
             return
-        if before > page.total:
-            raise FrameError(f"history: before must be at most {page.total}, the session's entries")
-        self._send(
-            {
-                "type": "history",
-                "pane": pane_id,
-                "sessionId": pane.agent.id,
-                "messages": _wire(page),
-                "start": page.start,
-                "total": page.total,
-            }
-        )
+        self._send_history(pane_id, pane.agent.id, before, page)
 
     async def close_pane(self, pane_id: str) -> None:
         self._unwatch(pane_id)
@@ -345,18 +321,12 @@ class Hub:
             return
         if self.watches.get(watch.id) is not watch:
             return  # the pane shows something else now
+        self._send_history(watch.id, watch.session_id, before, page)
+
+    def _send_history(self, pane_id: str, session_id: str, before: int, page: UiPage) -> None:
         if before > page.total:
             raise FrameError(f"history: before must be at most {page.total}, the session's entries")
-        self._send(
-            {
-                "type": "history",
-                "pane": watch.id,
-                "sessionId": watch.session_id,
-                "messages": _wire(page),
-                "start": page.start,
-                "total": page.total,
-            }
-        )
+        self._send(history_frame(pane_id, session_id, page))
 
     # -- prompts and commands ---------------------------------------------------------
 
@@ -441,13 +411,7 @@ class Hub:
     def _state(self, pane: Pane) -> None:
         pane.shown_busy = pane.busy
         self._send(
-            {
-                "type": "state",
-                "pane": pane.id,
-                "status": pane.agent.status,
-                "busy": pane.shown_busy,
-                "usage": usage_json(pane.agent.usage),
-            }
+            state_frame(pane.id, pane.agent.usage, status=pane.agent.status, busy=pane.shown_busy)
         )
 
     # -- the sidebar ---------------------------------------------------------------------
@@ -516,10 +480,6 @@ def _count(frame: dict[str, JSONValue], key: str, low: int, high: int | None = N
         bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
         raise FrameError(f"{frame['type']}: {key} must be an integer {bounds}")
     return value
-
-
-def _wire(page: UiPage) -> list[JSONValue]:
-    return [message_to_wire(m) for m in page.messages]
 
 
 def _text(frame: dict[str, JSONValue], key: str) -> str:

@@ -19,17 +19,13 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from cairn.agent.events import (
-    CompactBlockAdded,
-    Event,
-    MessageAdded,
-    event_to_wire,
-    message_to_wire,
-)
+from cairn.agent.agent_session import SessionUsage
+from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, event_to_wire
 from cairn.agent.session import Runtime
 from cairn.errors import CairnError
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONObject, Message
 from cairn.store import Record, UiPage, ui_entries, ui_page
+from cairn.surfaces.web.frames import opened_frame, state_frame
 
 __all__ = ["Watch"]
 
@@ -65,10 +61,6 @@ class Watch:
         """Stop following; the thread ends (and closes the runtime) at its next look."""
         self._stop.set()
 
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
     async def history(self, before: int, limit: int) -> UiPage:
         """The ``limit`` entries before ``before``, read off the loop."""
         return await asyncio.to_thread(self._page, before, limit)
@@ -89,15 +81,7 @@ class Watch:
                 compactions += 1
                 self._post_event(CompactBlockAdded(entry))
                 # As a writing pane's meter counts it, after its block.
-                self._post(
-                    {
-                        "type": "state",
-                        "pane": self.id,
-                        "status": "idle",
-                        "busy": False,
-                        "usage": _usage(compactions),
-                    }
-                )
+                self._post(state_frame(self.id, _usage(compactions), status="idle", busy=False))
         except (CairnError, OSError) as exc:
             text = f"cannot follow session {self.session_id}: {exc}"
             self._post({"type": "error", "pane": self.id, "text": text})
@@ -123,19 +107,17 @@ class Watch:
             page.append(entry)
             total += 1
             compactions += entry.meta.kind == KIND_COMPACT_SUMMARY
+        end = UiPage(list(page), total - len(page), total)
         self._post(
-            {
-                "type": "opened",
-                "pane": self.id,
-                "sessionId": self.session_id,
-                "messages": [message_to_wire(m) for m in page],
-                "start": total - len(page),
-                "total": total,
-                "usage": _usage(compactions),
-                "status": "idle",
-                "busy": False,
-                "readOnly": True,
-            }
+            opened_frame(
+                self.id,
+                self.session_id,
+                end,
+                _usage(compactions),
+                status="idle",
+                busy=False,
+                read_only=True,
+            )
         )
         self._post({"type": "notice", "pane": self.id, "text": self.reason})
         return last, compactions
@@ -165,12 +147,6 @@ class Watch:
             self._send(frame)
 
 
-def _usage(compactions: int) -> JSONObject:
+def _usage(compactions: int) -> SessionUsage:
     """The meter of a followed session: its compactions; its tokens are the writer's to know."""
-    return {
-        "latestTotalTokens": None,
-        "window": None,
-        "inputBudget": None,
-        "compactions": compactions,
-        "projectedTokens": None,
-    }
+    return SessionUsage(None, None, None, compactions)
