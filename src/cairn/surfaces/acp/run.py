@@ -21,7 +21,6 @@ from pathlib import Path
 
 from acp.agent.router import build_agent_router
 from acp.connection import Connection
-from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
 from acp.interfaces import Agent
 from acp.stdio import stdio_streams
 
@@ -29,6 +28,7 @@ from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.acp.channel import Channel
 from cairn.surfaces.acp.server import AgentSetup, CairnAgent
+from cairn.surfaces.acp.transport import READ_CHUNK_BYTES, GuardedTransport, RefusedNotifications
 from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
 
 
@@ -68,7 +68,7 @@ def _protect_stdout() -> None:
 
 
 async def _serve_stdio(model: ModelConfig, permission_mode: PermissionMode) -> None:
-    reader, writer = await stdio_streams(limit=DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+    reader, writer = await stdio_streams(limit=READ_CHUNK_BYTES)
     sys.stdout = sys.stderr
     async with OpenAIProvider(model) as provider:
         await serve(AgentSetup(model, provider, permission_mode), reader, writer)
@@ -79,14 +79,23 @@ async def serve(
 ) -> None:
     """Run one connection until the client closes it (the in-process tests call this too)."""
     agent: CairnAgent | None = None
+    refused = RefusedNotifications()
 
     async def handle(method: str, params: object, is_notification: bool) -> object:
         assert agent is not None
         if method == "initialize":
             agent.observe_initialize(params)  # the raw capabilities, before the schema drops some
-        return await router(method, params, is_notification)
+        if not is_notification:
+            return await router(method, params, is_notification)
+        try:
+            return await router(method, params, is_notification)
+        except Exception as exc:
+            # Nothing can answer a notification; the library would log a traceback for
+            # each bad one, and a storm of them would bury the agent's stderr.
+            refused.note(method, exc)
+            return None
 
-    connection = Connection(handle, writer, reader, listening=False)
+    connection = Connection(handle, GuardedTransport(reader, writer), listening=False)
     channel = Channel(connection)
     agent = CairnAgent(setup, channel)
     # CairnAgent implements the methods Cairn supports; the router answers the
