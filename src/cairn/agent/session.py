@@ -121,6 +121,9 @@ class Session:
                 self.workspace,
                 SessionRecord(session_id, str(self.workspace), model=self.model.model),
             )
+        # A transcript replaced or deleted under the writer is recovered by the
+        # store; the user must hear where the session went, on every surface.
+        store.on_warning(lambda text: self.events.publish(Notice(text)))
         #: Where the transcript lives (hooks get it as ``transcript_path``).
         self.path = store.path
         self.state.on_change = self._persist_state

@@ -8,7 +8,7 @@ pipeline noticing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -124,6 +124,15 @@ class TranscriptStore(Protocol):
         """The ``limit`` UI view entries before position ``before`` (default: the last ones).
 
         Read back from storage, holding only the page.
+        """
+        ...
+
+    def on_warning(self, handler: Callable[[str], None] | None) -> None:
+        """Call ``handler`` with each one-line warning met while writing (``None``: log it).
+
+        A warning is something the user must know that did not stop the write:
+        the JSONL store's file replaced or deleted under it, and where the
+        session went instead.
         """
         ...
 

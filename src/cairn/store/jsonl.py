@@ -25,11 +25,12 @@ import contextlib
 import errno
 import fcntl
 import gc
+import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +56,7 @@ from cairn.store.paths import (
     cairn_home,
     check_session_id,
     is_session_id,
+    new_session_id,
     session_path,
 )
 from cairn.store.records import (
@@ -431,6 +433,11 @@ class JsonlTranscriptStore:
         self._repairs = list(repairs)
         header = resumption.header
         self._session_id = header.session_id if header else path.stem
+        #: The file this store writes, as ``(st_dev, st_ino)``: the path must still
+        #: name it, or the records would go to a file nobody can find again.
+        info = os.fstat(fd)
+        self._identity = (info.st_dev, info.st_ino)
+        self._on_warning: Callable[[str], None] | None = None
 
     # -- opening ---------------------------------------------------------
 
@@ -516,7 +523,12 @@ class JsonlTranscriptStore:
 
     @property
     def warnings(self) -> list[str]:
+        """What opening reported, and what went wrong while writing (a replaced file)."""
         return list(self._warnings)
+
+    def on_warning(self, handler: Callable[[str], None] | None) -> None:
+        """Call ``handler`` with each one-line warning met while writing; ``None``: log it."""
+        self._on_warning = handler
 
     def append(self, record: Record) -> None:
         line, stored = _encode(record, str(self._path))
@@ -537,10 +549,14 @@ class JsonlTranscriptStore:
 
     def sync(self) -> None:
         self._check_open()
+        self._check_path()
         try:
             os.fsync(self._fd)
         except OSError as exc:
-            raise TranscriptWriteError(f"{self._path}: fsync failed ({exc.strerror})") from exc
+            raise TranscriptWriteError(
+                f"{self._path}: fsync failed ({_reason(exc)}): the records are written "
+                "but may not survive a power cut"
+            ) from exc
 
     def transcript(self) -> Transcript:
         with self._reader() as fd:
@@ -598,6 +614,9 @@ class JsonlTranscriptStore:
         if self._fd < 0:
             return
         try:
+            # The last chance to notice a replaced file: a record written after an
+            # editor read the file is in no file a resume can find.
+            self._check_path()
             os.fsync(self._fd)
         except OSError as exc:
             raise TranscriptWriteError(f"{self._path}: fsync failed ({_reason(exc)})") from exc
@@ -619,6 +638,7 @@ class JsonlTranscriptStore:
     def _write(self, line: bytes, *, durable: bool) -> int:
         """Write ``line`` at the end of the file; return its offset."""
         self._check_open()
+        self._check_path()
         try:
             write_all(self._fd, line)
             if durable:
@@ -638,6 +658,90 @@ class JsonlTranscriptStore:
     def _check_open(self) -> None:
         if self._fd < 0:
             raise TranscriptWriteError(f"{self._path}: the store is closed")
+
+    # -- a file replaced or deleted under the writer ------------------------
+
+    def _check_path(self) -> None:
+        """Make sure the path still names the file being written; recover if it does not.
+
+        An editor that saves by rename, ``sed -i`` or ``rm`` leaves this store
+        appending to an unlinked file: everything written from then on would
+        be shown and never found again. Checked before every write, at every
+        sync and at close, so the old file — still open here, and holding
+        every record this store wrote, those after the replacement too — is
+        copied whole to a file a resume can open.
+        """
+        try:
+            info = self._path.stat()
+        except FileNotFoundError:
+            self._recover(deleted=True)
+            return
+        except OSError:
+            return  # cannot tell (a folder made unreadable): keep writing where we were
+        if (info.st_dev, info.st_ino) != self._identity:
+            self._recover(deleted=False)
+
+    def _recover(self, *, deleted: bool) -> None:
+        """Write the whole session to a file a resume can open, and write there from now on.
+
+        Deleted: the file is restored at its path, same session id. Replaced
+        by another file (someone's edit): that file is left as it is, and the
+        session goes to a new session id in the same folder, its header
+        naming that id, so ``--resume <new id>`` opens it.
+        """
+        old_path = self._path
+        what = "was deleted" if deleted else "was replaced by another file"
+        try:
+            data = _read_all(self._fd)[: self._size]
+            records = data.count(b"\n")
+            restored = _restore(old_path, data) if deleted else None
+            if restored is not None:
+                fd, path, session_id, shift = restored, old_path, self._session_id, 0
+            else:
+                session_id = new_session_id()
+                path = old_path.with_name(session_id + TRANSCRIPT_SUFFIX)
+                data, shift = self._renamed(data, session_id)
+                fd = _create_whole(path, data)
+        except (OSError, RecordFormatError, TranscriptWriteError) as exc:
+            raise TranscriptWriteError(
+                f"{old_path} {what} while the session was open, and the session could not "
+                f"be saved elsewhere ({_store_reason(exc)}); nothing more is written until it can"
+            ) from None
+        if self._tail_offset is not None:
+            self._tail_offset += shift
+        os.close(self._fd)  # the unlinked file, and its lock, go
+        info = os.fstat(fd)
+        self._fd, self._path, self._identity = fd, path, (info.st_dev, info.st_ino)
+        self._size = len(data)
+        if session_id != self._session_id:
+            self._session_id = session_id
+            header = self._resumption.header
+            if header is not None:
+                self._resumption.header = replace(header, session_id=session_id)
+            where = (
+                f"that file is left as it is, and the session ({records} records so far, "
+                f"and everything after) is saved as {path}: resume it with --resume {session_id}"
+            )
+        else:
+            where = f"it was restored with all {records} records, and the session goes on there"
+        self._warn(f"{old_path} {what} while the session was open; {where}")
+
+    def _renamed(self, data: bytes, session_id: str) -> tuple[bytes, int]:
+        """``data`` with its header naming ``session_id``; and how far later lines moved."""
+        header = self._resumption.header
+        if header is None:
+            raise RecordFormatError("the session has no header")
+        start = len(data) - len(data.lstrip(b"\n"))
+        end = data.index(b"\n", start) + 1
+        line, _ = encode_line(replace(header, session_id=session_id))
+        return line + data[end:], len(line) - end
+
+    def _warn(self, text: str) -> None:
+        self._warnings.append(text)
+        if self._on_warning is not None:
+            self._on_warning(text)
+        else:
+            _log.warning("%s", text)
 
 
 #: The resumption, the warnings of the lines read, and the repairs made.
@@ -727,6 +831,21 @@ def _encode(record: Record, where: str) -> tuple[bytes, Record]:
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
+
+
+def _restore(path: Path, data: bytes) -> int | None:
+    """``data`` as a new file at ``path``, locked; ``None`` if a file appeared there meanwhile."""
+    try:
+        return _create_whole(path, data)
+    except TranscriptWriteError:
+        return None
+
+
+def _store_reason(exc: BaseException) -> str:
+    return _reason(exc) if isinstance(exc, OSError) else str(exc)
+
+
+_log = logging.getLogger("cairn.store")
 
 
 def _make_dirs(directory: Path) -> None:

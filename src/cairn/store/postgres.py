@@ -72,7 +72,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -613,6 +613,9 @@ class PostgresTranscriptStore:
     def warnings(self) -> list[str]:
         """What opening the session reported (bad rows after the checkpoint, a bad pointer)."""
         return list(self._warnings)
+
+    def on_warning(self, handler: Callable[[str], None] | None) -> None:
+        """Nothing to call it with: a row cannot be replaced under the writer's lock."""
 
     @property
     def last_seq(self) -> int:
