@@ -12,15 +12,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cairn.agent.loop import StoreFailedError, store_failure
 from cairn.agent.session import Runtime
 from cairn.context.budget import handoff_line, output_reserve
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (
+    CheckpointFailedError,
     CompactionCancelledError,
     CompactionFailedError,
     CompactionOutcome,
     NothingToCompactError,
 )
+from cairn.store import StoreError
 
 HELP = """Commands:
   /compact [instructions]  summarize the conversation now (instructions focus the summary)
@@ -88,6 +91,11 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
         return CommandOutcome(f"compaction failed: {exc}", ok=False)
     except CompactionBlockedError as exc:
         return CommandOutcome(str(exc), ok=False)
+    except StoreError as exc:
+        # A full disk, an I/O error, a lost database: one line, never a traceback.
+        failure = store_failure(exc, session.pipeline.session_id, stopped="the compaction stopped")
+        code = "checkpoint" if isinstance(exc, CheckpointFailedError) else "store"
+        raise StoreFailedError(failure, code) from exc
     if outcome is None:
         return CommandOutcome("/compact skipped: the session changed or is busy")
     return CommandOutcome(

@@ -49,6 +49,7 @@ from cairn.provider import (
     chat_request,
 )
 from cairn.provider.config import ModelConfig
+from cairn.store import StoreError
 
 INTERRUPTED = "[interrupted by the user before this tool call finished]"
 DEFAULT_MAX_TURNS = 50
@@ -60,6 +61,25 @@ class TurnError(CairnError, RuntimeError):
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class StoreFailedError(TurnError):
+    """The transcript could not be written (a full disk, an I/O error, a lost database).
+
+    One line: what failed, what is saved, and how to resume. ``code`` is the
+    phase: ``store`` for a record or a sync, ``checkpoint`` for a compaction
+    checkpoint (the context is then unchanged).
+    """
+
+
+def store_failure(exc: StoreError, session_id: str, *, stopped: str = "the turn stopped") -> str:
+    """The one line a surface shows for a store failure, and how to go on."""
+    if isinstance(exc, CheckpointFailedError):
+        state = f"the context could not be saved: {exc}; the context is unchanged"
+    else:
+        state = f"the session could not be saved: {exc}; {stopped}, what was saved before is kept"
+    text = f"{state}: resume with cairn --resume {session_id}"
+    return " ".join(text.split())
 
 
 @dataclass(frozen=True)
@@ -106,7 +126,10 @@ async def run_turn(
     session: TurnHost, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
 ) -> TurnResult:
     """Run one user turn to the end (or to ``max_turns`` requests, or an abort)."""
-    await session.start()  # SessionStart hooks, once per session (startup / resume / clear)
+    try:
+        await session.start()  # SessionStart hooks, once per session (startup / resume / clear)
+    except StoreError as exc:
+        raise _store_failed(session, exc) from exc
     session.reset_abort()
     return await run_loop(session, text, max_turns=max_turns)
 
@@ -118,9 +141,52 @@ async def run_loop(
 
     Sessions run it through ``run_turn``; the background subagent runs it
     directly on its own host, with reactive recovery, abort and events alike.
+
+    A store failure anywhere in the turn ends it with one ``error`` event and
+    ``StoreFailedError`` (never a bare store exception): the user learns in one
+    line what could not be written and how to resume.
     """
+    try:
+        result = await _turn(session, text, max_turns)
+    except StoreError as exc:
+        _end_turn(session, quietly=True)
+        raise _store_failed(session, exc) from exc
+    except BaseException:
+        _end_turn(session, quietly=True)
+        raise
+    else:
+        try:
+            _end_turn(session)
+        except StoreError as exc:
+            raise _store_failed(session, exc) from exc
+    finally:
+        session.set_status("idle")
+    return result
+
+
+def _end_turn(session: LoopHost, *, quietly: bool = False) -> None:
+    """Close the round and make the turn durable; ``quietly``: another error already says why."""
+    try:
+        _close_open_round(session)
+        session.pipeline.end_turn()
+    except StoreError:
+        if not quietly:
+            raise
+
+
+def _store_failed(session: LoopHost, exc: StoreError) -> StoreFailedError:
+    message = store_failure(exc, session.pipeline.session_id)
+    code = "checkpoint" if isinstance(exc, CheckpointFailedError) else "store"
+    session.events.publish(ErrorEvent(message, code))
+    return StoreFailedError(message, code)
+
+
+async def _turn(session: LoopHost, text: str | Message, max_turns: int) -> TurnResult:
     abort = session.abort_event
     message = text if isinstance(text, Message) else user(text)
+    # A store failure in an earlier turn can leave a call without its result:
+    # answered first, or the provider would refuse every request from now on.
+    _close_open_round(session)
     session.pipeline.add(message)
     session.events.publish(MessageAdded(message))
     answer = ""
@@ -145,10 +211,6 @@ async def run_loop(
     except _AbortedError:
         session.events.publish(Notice("interrupted"))
         return TurnResult(answer, requests, aborted=True)
-    finally:
-        _close_open_round(session)
-        session.pipeline.end_turn()
-        session.set_status("idle")
     return TurnResult(answer, requests)
 
 
@@ -165,8 +227,6 @@ async def _request(session: LoopHost) -> Message:
         check = await session.pipeline.check_and_compact(fixed)
     except CompactionCancelledError:
         raise _AbortedError from None  # the user's cancel; the request is not sent
-    except CheckpointFailedError as exc:
-        raise TurnError(f"the context could not be saved: {exc}", "checkpoint") from exc
     except RequestTooLargeError as exc:
         # Never sent: the user learns the sizes and what to do; the transcript is whole.
         session.events.publish(ErrorEvent(str(exc), exc.code))

@@ -25,7 +25,7 @@ import orjson
 
 from cairn.agent.commands import parse_command, run_command
 from cairn.agent.events import ErrorEvent, Event, Notice, PermissionRequested, event_to_wire
-from cairn.agent.loop import TurnError, run_turn
+from cairn.agent.loop import StoreFailedError, TurnError, run_turn, store_failure
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
@@ -45,6 +45,9 @@ from cairn.store import StoreError
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: The transcript could not be written (disk full, I/O error, database lost): what was
+#: saved before is kept, and the one line on stderr says how to resume.
+EXIT_STORE = 3
 
 
 @dataclass(frozen=True)
@@ -111,30 +114,54 @@ async def _run(
             # A transcript that cannot be opened (locked, not a transcript, damaged
             # beyond repair): one line, and the file is left as it is.
             return _fail(f"cairn -p: {one_line(str(exc))}", EXIT_FAILED)
+        code = EXIT_FAILED
         try:
-            await session.start()
-            command = parse_command(prompt)
-            if command is not None:
-                outcome = await run_command(runtime, *command)
-                _emit(args, outcome.text, runtime.current.id, 0)
-                return 0 if outcome.ok else EXIT_FAILED
-            try:
-                result = await run_turn(session, prompt, max_turns=args.max_turns)
-            except TurnError as exc:
-                if str(exc) in on_stderr.errors:
-                    return EXIT_FAILED  # already on stderr as its error event
-                return _fail(f"cairn -p: {exc}", EXIT_FAILED)
-            if result.max_turns_reached:
-                stopped = (
-                    f"stopped after {result.requests} requests (--max-turns {args.max_turns}) "
-                    f"before the task finished; continue with --resume {session.id}"
-                )
-                _emit(args, result.text, session.id, result.requests, error=stopped)
-                return _fail(f"cairn -p: {stopped}", EXIT_FAILED)
-            _emit(args, result.text, session.id, result.requests)
-            return 0
+            code = await _task(args, prompt, runtime, session, on_stderr)
+        except StoreError as exc:
+            # Outside a turn (opening a /clear session, its SessionStart context):
+            # one line too, never a traceback.
+            code = _fail(f"cairn -p: {store_failure(exc, runtime.current_id())}", EXIT_STORE)
         finally:
-            runtime.close()
+            try:
+                runtime.close()
+            except StoreError as exc:
+                # The last fsync at close: the answer may be out, the session is not safe.
+                if code != EXIT_STORE:
+                    text = store_failure(exc, runtime.current_id(), stopped="closing it failed")
+                    code = _fail(f"cairn -p: {text}", EXIT_STORE)
+        return code
+
+
+async def _task(
+    args: PrintArgs, prompt: str, runtime: Runtime, session: Session, on_stderr: _StderrNotices
+) -> int:
+    """The prompt or the command, run to its end: the exit code."""
+    await session.start()
+    command = parse_command(prompt)
+    if command is not None:
+        try:
+            outcome = await run_command(runtime, *command)
+        except StoreFailedError as exc:
+            return _fail(f"cairn -p: {exc}", EXIT_STORE)
+        _emit(args, outcome.text, runtime.current.id, 0)
+        return 0 if outcome.ok else EXIT_FAILED
+    try:
+        result = await run_turn(session, prompt, max_turns=args.max_turns)
+    except TurnError as exc:
+        code = EXIT_STORE if isinstance(exc, StoreFailedError) else EXIT_FAILED
+        if str(exc) in on_stderr.errors:
+            return code  # already on stderr as its error event
+        return _fail(f"cairn -p: {exc}", code)
+    if result.max_turns_reached:
+        stopped = (
+            f"stopped after {result.requests} requests (--max-turns {args.max_turns}) "
+            f"before the task finished; continue with --resume {session.pipeline.session_id}"
+        )
+        _emit(args, result.text, session.pipeline.session_id, result.requests, error=stopped)
+        return _fail(f"cairn -p: {stopped}", EXIT_FAILED)
+    # Where the session is stored now: a new id if its file was replaced meanwhile.
+    _emit(args, result.text, session.pipeline.session_id, result.requests)
+    return 0
 
 
 def _refuse_permission(session: Session, event: Event, args: PrintArgs) -> None:
