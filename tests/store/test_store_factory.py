@@ -97,6 +97,10 @@ class Elsewhere:
     def find(self, session_id: str) -> str | None:
         return self._files.find(session_id)
 
+    def delete(self, workspace: Path, session_id: str) -> bool:
+        self.calls.append(f"delete {session_id}")
+        return self._files.delete(workspace, session_id)
+
     def close(self) -> None:
         self.calls.append("close")
 

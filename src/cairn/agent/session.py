@@ -456,6 +456,19 @@ class Runtime:
             )
         return infos
 
+    def delete_session(self, session_id: str) -> bool:
+        """Remove a stored session of this workspace for good (``StoreFactory.delete``).
+
+        The current session is closed first, which releases its transcript;
+        one another process writes is refused (``TranscriptLockedError``).
+        False when there was no such session.
+        """
+        current = self._current
+        if current is not None and current.id == session_id:
+            current.close()
+            self._current = None
+        return self.store_factory.delete(self.workspace, session_id)
+
     def close(self) -> None:
         if self._current is not None:
             self._current.close()

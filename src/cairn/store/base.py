@@ -228,6 +228,15 @@ class StoreFactory(Protocol):
         """The workspace of a top-level session known only by its id (``None``: no such one)."""
         ...
 
+    def delete(self, workspace: Path, session_id: str) -> bool:
+        """Remove a session for good: its records, its background tasks' transcripts and
+        its artifact files; false when there was no such session (nothing to do).
+
+        Refuses (``TranscriptLockedError``) a session another writer holds open:
+        the caller closes its own writer first.
+        """
+        ...
+
     def close(self) -> None:
         """Release what the factory holds (connections); the stores it opened stay open."""
         ...

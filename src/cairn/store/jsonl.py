@@ -49,6 +49,7 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
+from cairn.store.deletion import delete_jsonl_session
 from cairn.store.following import FOLLOW_POLL_S, Waiting, check_follow
 from cairn.store.paths import (
     SUBAGENTS_DIR,
@@ -1128,6 +1129,11 @@ class JsonlStoreFactory:
             if isinstance(header, SessionRecord) and header.session_id == session_id:
                 return header.workspace
         return None
+
+    def delete(self, workspace: Path, session_id: str) -> bool:
+        return delete_jsonl_session(
+            self.path(workspace, session_id), self.artifacts_dir(workspace, session_id)
+        )
 
     def close(self) -> None:
         pass  # nothing held: each store owns its file

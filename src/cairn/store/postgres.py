@@ -90,6 +90,7 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
+from cairn.store.deletion import remove_artifacts
 from cairn.store.following import Waiting, check_follow
 from cairn.store.paths import check_session_id, normalize_workspace, session_path
 from cairn.store.records import (
@@ -1134,6 +1135,38 @@ class PostgresStoreFactory:
                 announced |= sid == session_id and seq.isdigit() and int(seq) > last
             if announced:
                 return True
+
+    def delete(self, workspace: Path, session_id: str) -> bool:
+        """The session's row, its records and its tasks' transcripts in one transaction,
+        under the session's lock; then its local artifact files."""
+        import psycopg
+
+        check_session_id(session_id)
+        conn = _connect(self._url)
+        where = f"cannot delete {_location(conn, session_id)}"
+        try:
+            row = conn.execute(
+                "SELECT workspace FROM cairn_sessions WHERE session_id = %s AND parent_id IS NULL",
+                (session_id,),
+            ).fetchone()
+            found = row is not None and row[0] == normalize_workspace(workspace)
+            if found:
+                key = _lock_key(session_id)
+                if not _try_lock(conn, key):
+                    raise TranscriptLockedError(
+                        f"{where}: it is open for writing by {_holder(conn, key)}; "
+                        "close it there first"
+                    )
+                with conn.transaction():  # the records go with their rows (ON DELETE CASCADE)
+                    conn.execute("DELETE FROM cairn_sessions WHERE parent_id = %s", (session_id,))
+                    conn.execute("DELETE FROM cairn_sessions WHERE session_id = %s", (session_id,))
+        except psycopg.Error as exc:
+            raise StoreError(f"{where}: {_cause(exc)}") from None
+        finally:
+            conn.close()  # releases the lock
+        if found:
+            remove_artifacts(self.artifacts_dir(workspace, session_id))
+        return found
 
     def artifacts_dir(self, workspace: Path, session_id: str) -> Path:
         # Saved outputs are files, read by tools: local, where the JSONL factory keeps them.
