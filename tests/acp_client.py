@@ -29,6 +29,7 @@ from acp.connection import StreamDirection, StreamEvent
 from acp.exceptions import RequestError
 from acp.schema import (
     AllowedOutcome,
+    ClientCapabilities,
     CreateTerminalResponse,
     DeniedOutcome,
     EnvVariable,
@@ -231,16 +232,26 @@ class EditorClient:
 
 
 def capabilities(
-    *, fs: bool = False, terminal: bool = False, compaction: bool = False
+    *, fs: bool = False, terminal: bool = False, compaction: bool = False, cairn: bool = True
 ) -> dict[str, Any]:
-    """Raw ``clientCapabilities``, as a client writes them (``session.compaction`` included)."""
+    """Raw ``clientCapabilities``, as a client writes them (``session.compaction`` included).
+
+    ``cairn``: the client asks for Cairn's ``_cairn/compaction…`` notifications
+    (``_meta.cairn.compaction``), as a client that shows Cairn's compaction hint does.
+    """
     raw: dict[str, Any] = {
         "fs": {"readTextFile": fs, "writeTextFile": fs},
         "terminal": terminal,
     }
     if compaction:
         raw["session"] = {"compaction": {}}
+    if cairn:
+        raw["_meta"] = {"cairn": {"compaction": True}}
     return raw
+
+
+#: A client that asks for Cairn's compaction notifications, as the library's model.
+CAIRN_CLIENT = ClientCapabilities(field_meta={"cairn": {"compaction": True}})
 
 
 def make_setup(

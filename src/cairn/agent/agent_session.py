@@ -75,9 +75,14 @@ class AgentSession:
 
     # -- driving ---------------------------------------------------------
 
-    async def prompt(self, text: str, *, max_turns: int = DEFAULT_MAX_TURNS) -> TurnResult:
-        """Run one user turn to its end; a slash command is ``command`` instead."""
-        if parse_command(text) is not None:
+    async def prompt(
+        self, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
+    ) -> TurnResult:
+        """Run one user turn to its end; a slash command is ``command`` instead.
+
+        ``text`` may be a whole user message (``cairn.messages.user``): text with images.
+        """
+        if isinstance(text, str) and parse_command(text) is not None:
             raise ValueError(f"{text.split()[0]} is a command: use AgentSession.command")
         self._check_idle("send a prompt")
         return await run_turn(self._session, text, max_turns=max_turns)

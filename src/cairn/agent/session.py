@@ -41,7 +41,7 @@ from cairn.agent.tools.host_io import HostFiles, HostTerminal
 from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.skill import SkillTool
 from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
-from cairn.context import ContextPipeline, FixedContext
+from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.messages import Message, new_id, system
@@ -455,6 +455,24 @@ class Runtime:
                 )
             )
         return infos
+
+    def reconfigure(
+        self, *, model: ModelConfig | None = None, compaction: CompactionConfig | None = None
+    ) -> None:
+        """Change the model configuration or the compaction settings from now on.
+
+        The current session adopts them at once (its pipeline's input budget
+        follows the window); sessions opened later (``/clear``) start with them.
+        """
+        if model is not None:
+            self.model = model
+        if compaction is not None:
+            self.settings = self.settings.model_copy(update={"compaction": compaction})
+        session = self._current
+        if session is not None:
+            if model is not None:
+                session.model = model
+            session.pipeline.reconfigure(model=model, config=compaction)
 
     def delete_session(self, session_id: str) -> bool:
         """Remove a stored session of this workspace for good (``StoreFactory.delete``).

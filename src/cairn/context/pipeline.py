@@ -443,6 +443,21 @@ class ContextPipeline:
         """What one request may hold, from the model's window and output cap."""
         return self._tracker.input_budget
 
+    def reconfigure(
+        self, *, model: ModelConfig | None = None, config: CompactionConfig | None = None
+    ) -> None:
+        """Adopt a changed model configuration or compaction settings on a live session
+        (an editor's session config options): the next check uses them.
+
+        The tokenizer is not changed here: counts already made must stay comparable.
+        """
+        if model is not None:
+            self.model = model
+            self._tracker.model = model
+        if config is not None:
+            self.config = config
+            self._tracker.config = config
+
     # -- the check -------------------------------------------------------
 
     async def check_and_compact(self, fixed: FixedContext, *, fork: bool = False) -> CheckResult:

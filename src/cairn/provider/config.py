@@ -33,6 +33,14 @@ finite; ``settings.json`` key / environment variable):
 
 A server that accepts the connection and never answers thus costs two
 minutes, not the SDK's 3 × 600 s; a request that timed out is not retried.
+
+``images`` (``settings.json`` key / ``CAIRN_IMAGES``, default false) says
+whether the model takes image input. Off by default: an OpenAI-compatible
+endpoint may serve a text-only model (the local servers Cairn targets
+usually do), and an image sent to one fails the request — and every request
+after it, since the image stays in the history. With it off, an attached
+image reaches the model as a text placeholder and the user is told how to
+turn it on; hosted vision models (GPT-4o, Claude, Gemini, Qwen-VL …) want it on.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ ENV_CONNECT_TIMEOUT = "CAIRN_CONNECT_TIMEOUT"
 ENV_FIRST_BYTE_TIMEOUT = "CAIRN_FIRST_BYTE_TIMEOUT"
 ENV_IDLE_TIMEOUT = "CAIRN_IDLE_TIMEOUT"
 ENV_REQUEST_TIMEOUT = "CAIRN_REQUEST_TIMEOUT"
+ENV_IMAGES = "CAIRN_IMAGES"
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 #: Deadline defaults in seconds; the module docstring says why these values.
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -105,6 +114,8 @@ class ModelConfig:
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    #: The model takes image input (``image_url`` parts); else images become placeholders.
+    images: bool = False
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -153,6 +164,8 @@ class ModelEntry(BaseModel):
     first_byte_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
     idle_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
     request_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
+    #: Whether the model takes image input (``ModelConfig.images``).
+    images: bool | None = Field(default=None, strict=True)
 
 
 def resolve_model(
@@ -181,6 +194,7 @@ def resolve_model(
         first_byte_timeout=_seconds(merged.get("first_byte_timeout"), DEFAULT_FIRST_BYTE_TIMEOUT),
         idle_timeout=_seconds(merged.get("idle_timeout"), DEFAULT_IDLE_TIMEOUT),
         request_timeout=_seconds(merged.get("request_timeout"), DEFAULT_REQUEST_TIMEOUT),
+        images=merged.get("images") is True,
     )
 
 
@@ -191,7 +205,8 @@ def env_entry(environ: Mapping[str, str] = os.environ) -> ModelEntry:
     named in ``settings.json`` too); an unset or empty one is silent. A bad
     number raises ``ModelConfigError`` naming the variable and the range.
     The deadlines are ``CAIRN_CONNECT_TIMEOUT``, ``CAIRN_FIRST_BYTE_TIMEOUT``,
-    ``CAIRN_IDLE_TIMEOUT`` and ``CAIRN_REQUEST_TIMEOUT``, in seconds.
+    ``CAIRN_IDLE_TIMEOUT`` and ``CAIRN_REQUEST_TIMEOUT``, in seconds;
+    ``CAIRN_IMAGES`` is ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``.
     """
     return ModelEntry(
         model=environ.get(ENV_MODEL, "").strip() or None,
@@ -202,6 +217,7 @@ def env_entry(environ: Mapping[str, str] = os.environ) -> ModelEntry:
         first_byte_timeout=_env_seconds(environ, ENV_FIRST_BYTE_TIMEOUT),
         idle_timeout=_env_seconds(environ, ENV_IDLE_TIMEOUT),
         request_timeout=_env_seconds(environ, ENV_REQUEST_TIMEOUT),
+        images=_env_flag(environ, ENV_IMAGES),
     )
 
 
@@ -221,6 +237,17 @@ def _env_int(environ: Mapping[str, str], name: str, low: int) -> int | None:
     if value < low:
         raise ModelConfigError(f"{name} must be an integer ≥ {low:,}, got {raw!r}")
     return value
+
+
+def _env_flag(environ: Mapping[str, str], name: str) -> bool | None:
+    raw = environ.get(name, "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ModelConfigError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 
 
 def _env_seconds(environ: Mapping[str, str], name: str) -> float | None:

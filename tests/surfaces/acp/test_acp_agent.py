@@ -41,12 +41,14 @@ def test_initialize_advertises_load_the_prompt_capabilities_and_cairns_extension
             caps = response["agentCapabilities"]
             assert caps["loadSession"] is True
             assert caps["promptCapabilities"]["embeddedContext"] is True
-            assert "list" in caps["sessionCapabilities"]
+            assert caps["promptCapabilities"]["image"] is True
+            assert set(caps["sessionCapabilities"]) == {"list", "resume", "close", "delete"}
             meta = response["_meta"]["cairn"]
-            assert "cairn/compact" in meta["requests"]
+            # The names on the wire, underscore included.
+            assert list(meta["requests"]) == ["_cairn/compact"]
             assert meta["notifications"] == [
-                "cairn/compactionStateChange",
-                "cairn/compactionContentUpdate",
+                "_cairn/compactionStateChange",
+                "_cairn/compactionContentUpdate",
             ]
             assert response["agentInfo"]["name"] == "cairn"
 
@@ -130,6 +132,58 @@ def test_a_prompt_streams_as_message_chunks_and_ends_the_turn(
     assert openai_server.bodies[0]["messages"][-1]["content"] == "What does calc.py do?"
 
 
+def call_statuses(wire: list[dict[str, Any]], call_id: str) -> list[str]:
+    """The statuses a tool call went through on the wire, ``asked`` where its permission
+    request came."""
+    out: list[str] = []
+    for message in wire:
+        if message.get("method") == "session/request_permission":
+            if message["params"]["toolCall"]["toolCallId"] == call_id:
+                out.append("asked")
+        elif message.get("method") == "session/update":
+            update = message["params"]["update"]
+            if update.get("toolCallId") == call_id and "status" in update:
+                out.append(update["status"])
+    return out
+
+
+def test_a_tool_call_awaiting_permission_is_pending_until_answered_then_in_progress(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.script(write_call("a.txt", "A"), Reply(text="Wrote it."))
+    answered = asyncio.Event()
+    seen_while_asked: list[str] = []
+
+    async def look_then_allow(call_id: str, options: list[PermissionOption]) -> str:
+        await asyncio.sleep(0)  # the pending update reached the client before the question
+        seen_while_asked.extend(call_statuses(editor_wire, call_id))
+        answered.set()
+        return "allow_once"
+
+    editor_wire: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        setup = make_setup(tmp_path, openai_server, mode="ask")
+        async with connected(setup, tmp_path / "ws") as editor:
+            editor_wire[:] = []
+            editor.client.wire = editor_wire
+            editor.client.decide = look_then_allow
+            sid = await editor.new()
+            assert await editor.ask(sid, "write a.txt") == "end_turn"
+            ((_, tool_call, _),) = editor.client.permission_requests
+            assert tool_call.status == "pending"
+            assert seen_while_asked == ["pending", "asked"]  # nothing claimed it runs yet
+            assert call_statuses(editor_wire, tool_call.tool_call_id) == [
+                "pending",
+                "asked",
+                "in_progress",
+                "completed",
+            ]
+
+    asyncio.run(scenario())
+    assert (tmp_path / "ws" / "a.txt").read_text() == "A"
+
+
 def test_a_tool_call_asks_permission_and_allow_once_lets_it_run(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
@@ -154,8 +208,12 @@ def test_a_tool_call_asks_permission_and_allow_once_lets_it_run(
             assert start["toolCallId"] == tool_call.tool_call_id
             assert start["kind"] == "edit" and start["title"] == "write_file a.txt"
             assert start["locations"] == [{"path": str(editor.workspace / "a.txt")}]
-            done = next(u for u in updates if u["sessionUpdate"] == "tool_call_update")
-            assert done["status"] == "completed"
+            assert call_statuses(editor.client.wire, tool_call.tool_call_id) == [
+                "pending",
+                "asked",
+                "in_progress",
+                "completed",
+            ]
 
             async def reject(call_id: str, options: list[PermissionOption]) -> str:
                 return "reject"

@@ -15,7 +15,6 @@ from acp_client import (
     ANSWER,
     SUMMARY,
     answering,
-    arrived,
     capabilities,
     compaction_notices,
     connected,
@@ -379,9 +378,10 @@ def test_load_replays_the_history_with_the_compact_block_in_place_before_it_answ
             assert kinds[block:].count("agent_message_chunk") == 1
             label = before[block + 1]["content"][0]["content"]["text"]
             assert label.startswith("Conversation compacted · ")
-            await arrived(editor, "available_commands_update")
-            first = editor.client.kinds().index("available_commands_update")
-            assert first >= len(before)  # after the response, which named the session
+            # Every update of the load before its response: the commands, then the meter.
+            assert kinds[-2:] == ["available_commands_update", "usage_update"]
+            assert kinds.count("available_commands_update") == 1
+            assert editor.client.kinds() == kinds  # and nothing of it after
 
     asyncio.run(scenario())
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from acp import spawn_agent_process
 
-from acp_client import EditorClient
+from acp_client import CAIRN_CLIENT, EditorClient
 from llama_server import (  # noqa: F401  (the fixtures register themselves by import)
     N_CTX,
     Exchange,
@@ -70,7 +70,7 @@ def test_an_editor_session_streams_the_real_model_and_compacts_on_request(
             env=env,
             observers=[client.observe],
         ) as (conn, _process):
-            await conn.initialize(protocol_version=1)
+            await conn.initialize(protocol_version=1, client_capabilities=CAIRN_CLIENT)
             sid = (await conn.new_session(cwd=str(workspace))).session_id
             for part in range(1, 4):
                 text = f"Part {part} of the build report:\n{REPORT * 25}\nSummarize it in one line."

@@ -13,7 +13,7 @@ from typing import Any
 
 from acp import spawn_agent_process
 
-from acp_client import SUMMARY, EditorClient, is_fork
+from acp_client import CAIRN_CLIENT, SUMMARY, EditorClient, capabilities, is_fork
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -81,7 +81,9 @@ def test_stdout_carries_only_json_rpc_through_a_session_with_tools_and_a_compact
                 if received.get("id") == rid and "method" not in received:
                     return received
 
-        init = await request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        init = await request(
+            0, "initialize", {"protocolVersion": 1, "clientCapabilities": capabilities()}
+        )
         assert init["result"]["agentCapabilities"]["loadSession"] is True
         new = await request(1, "session/new", {"cwd": str(workspace), "mcpServers": []})
         sid = new["result"]["sessionId"]
@@ -128,7 +130,7 @@ def test_the_protocol_librarys_client_runs_a_session_end_to_end(
             env=environment(tmp_path, openai_server),
             observers=[client.observe],
         ) as (conn, _process):
-            await conn.initialize(protocol_version=1)
+            await conn.initialize(protocol_version=1, client_capabilities=CAIRN_CLIENT)
             sid = (await conn.new_session(cwd=str(workspace))).session_id
             for n in range(3):
                 response = await conn.prompt(

@@ -18,15 +18,23 @@ from acp.schema import (
 
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
+    ImagePart,
     Message,
     MessageMeta,
+    TextPart,
     ToolCall,
     assistant,
     tool_result,
     user,
 )
 from cairn.surfaces.acp import updates
-from cairn.surfaces.acp.server import ClientFeatures, client_features, prompt_text
+from cairn.surfaces.acp.server import (
+    IMAGE_PLACEHOLDER,
+    ClientFeatures,
+    client_features,
+    prompt_parts,
+    prompt_text,
+)
 
 WS = Path("/work/project")
 
@@ -148,7 +156,12 @@ def test_client_features_are_read_from_the_raw_initialize() -> None:
             "session": {"compaction": {}},
         }
     }
-    assert client_features(raw) == ClientFeatures(True, True, True, True)
+    assert client_features(raw) == ClientFeatures(True, True, True, True, False)
+    # Cairn's own notifications only for a client that asks for them.
+    raw["clientCapabilities"]["_meta"] = {"cairn": {"compaction": True}}
+    assert client_features(raw).cairn_compaction is True
+    raw["clientCapabilities"]["_meta"] = {"cairn": {"compaction": "yes"}}
+    assert client_features(raw).cairn_compaction is False
     odd = {"clientCapabilities": {"fs": "yes", "terminal": 1, "session": {"compaction": True}}}
     assert client_features(odd) == ClientFeatures()
 
@@ -166,5 +179,22 @@ def test_the_prompt_text_keeps_text_and_attached_files() -> None:
     text = prompt_text(blocks)  # type: ignore[arg-type]
     assert text.startswith("Explain [a.py](file:///w/a.py)")
     assert "file:///w/b.py:\n```\nprint(1)\n```" in text
-    assert "image attachment" in text
+    assert IMAGE_PLACEHOLDER in text
     assert prompt_text([TextContentBlock(type="text", text="/compact focus")]) == "/compact focus"
+
+
+def test_prompt_parts_carry_an_image_as_a_data_url_only_for_a_model_that_takes_images() -> None:
+    blocks = [
+        TextContentBlock(type="text", text="What is wrong here?"),
+        ImageContentBlock(type="image", data="iVBORw0KGgo=", mime_type="image/png"),
+        TextContentBlock(type="text", text=" Thanks."),
+    ]
+    parts = prompt_parts(blocks, images=True)  # type: ignore[arg-type]
+    assert parts == [
+        TextPart("What is wrong here?"),
+        ImagePart("data:image/png;base64,iVBORw0KGgo="),
+        TextPart(" Thanks."),
+    ]
+    (only,) = prompt_parts(blocks, images=False)  # type: ignore[arg-type]
+    assert isinstance(only, TextPart) and IMAGE_PLACEHOLDER in only.text
+    assert "iVBORw0KGgo" not in only.text

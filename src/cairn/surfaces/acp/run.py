@@ -19,15 +19,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from acp.agent.router import build_agent_router
 from acp.connection import Connection
-from acp.interfaces import Agent
 from acp.stdio import stdio_streams
 
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.acp.channel import Channel
-from cairn.surfaces.acp.server import AgentSetup, CairnAgent
+from cairn.surfaces.acp.requests import CANCEL_REQUEST, InFlight
+from cairn.surfaces.acp.server import AgentSetup, CairnAgent, agent_router
 from cairn.surfaces.acp.transport import READ_CHUNK_BYTES, GuardedTransport, RefusedNotifications
 from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
 
@@ -81,13 +80,24 @@ async def serve(
     agent: CairnAgent | None = None
     refused = RefusedNotifications()
 
+    async def cooperative(method: str, params: object) -> bool:
+        assert agent is not None
+        return await agent.cancel_request(method, params)
+
+    inflight = InFlight(cooperative)
+
     async def handle(method: str, params: object, is_notification: bool) -> object:
         assert agent is not None
         if method == "initialize":
             agent.observe_initialize(params)  # the raw capabilities, before the schema drops some
         if not is_notification:
-            return await router(method, params, is_notification)
+            return await inflight.run(
+                method, params, lambda: router(method, params, is_notification)
+            )
         try:
+            if method == CANCEL_REQUEST:
+                await inflight.cancel(params)
+                return None
             return await router(method, params, is_notification)
         except Exception as exc:
             # Nothing can answer a notification; the library would log a traceback for
@@ -95,19 +105,20 @@ async def serve(
             refused.note(method, exc)
             return None
 
-    connection = Connection(handle, GuardedTransport(reader, writer), listening=False)
+    connection = Connection(
+        handle,
+        GuardedTransport(reader, writer),
+        listening=False,
+        observers=[inflight.observe],  # each request's id, for $/cancel_request
+    )
     channel = Channel(connection)
     agent = CairnAgent(setup, channel)
     # CairnAgent implements the methods Cairn supports; the router answers the
-    # rest (fork, resume, authenticate …) with "method not found".
-    router = build_agent_router(_as_agent(agent))
+    # rest (fork, authenticate …) with "method not found".
+    router = agent_router(agent)
     try:
         await connection.main_loop()
     finally:
         await agent.close()
         await channel.close()
         await connection.close()
-
-
-def _as_agent(agent: CairnAgent) -> Agent:
-    return agent  # type: ignore[return-value]

@@ -5,17 +5,22 @@ asks the editor for permissions, and runs what the user typed: a prompt for
 the model, or one of Cairn's own commands (``/compact``, ``/clear``,
 ``/status``, ``/help``), which never reach the model.
 
-A compaction is shown three ways at once (seed 004, DESIGN §8):
+A compaction is shown up to three ways at once (seed 004, DESIGN §8):
 
-- always, Cairn's extension notifications, scoped by session:
+- to a client that asked for them (``clientCapabilities._meta.cairn.compaction``),
+  Cairn's extension notifications, scoped by session:
   ``_cairn/compactionStateChange {sessionId, isCompacting}`` (true, then
   exactly one false) and ``_cairn/compactionContentUpdate {sessionId,
   content}`` with the fork's text so far;
 - to a client that advertised ``session.compaction``, the protocol's own
   ``compaction_update`` (in_progress → completed / failed / cancelled) and
-  ``compaction_summary_chunk`` updates;
+  ``compaction_summary_chunk`` updates; a failed one's ``error`` is the
+  reason ``/compact`` gives;
 - to any other client, a ``think`` tool call "Compacting conversation" whose
   content is the streamed tail, ending with the compact block's line.
+
+A tool call that waits for the user's permission is ``pending`` until the
+client answers, then ``in_progress``.
 """
 
 from __future__ import annotations
@@ -56,7 +61,17 @@ from cairn.agent.events import (
 from cairn.agent.loop import TurnError
 from cairn.agent.session import PERMISSION_OPTIONS, PermissionDecision, Runtime
 from cairn.errors import CairnError
-from cairn.messages import KIND_ERROR, JSONObject, Message, ToolCall, new_id
+from cairn.messages import (
+    KIND_COMPACT_SUMMARY,
+    KIND_ERROR,
+    ContentPart,
+    JSONObject,
+    Message,
+    TextPart,
+    ToolCall,
+    new_id,
+    user,
+)
 from cairn.store import StoreError
 from cairn.surfaces.acp import updates
 from cairn.surfaces.acp.channel import Channel
@@ -64,6 +79,11 @@ from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import stream_tail
 
 log = logging.getLogger(__name__)
+
+#: How long ``session/close`` waits for a cancelled turn to stop before it lets go anyway.
+CLOSE_WAIT_S = 30.0
+#: The UI entries read back to find the context size a stored session ended at.
+USAGE_LOOKBACK = 200
 
 #: How the turn's last response ended (its ``finish_reason``) → ACP's stop reason.
 FINISH_STOP_REASONS: dict[str, AcpStopReason] = {
@@ -108,6 +128,8 @@ class Thread:
     channel: Channel
     #: The client advertised ``session.compaction``: it gets the protocol's own updates.
     standard_compaction: bool = False
+    #: The client asked for Cairn's ``_cairn/compaction…`` notifications.
+    cairn_compaction: bool = False
     _streamed: updates.StreamedText = field(default_factory=updates.StreamedText)
     _calls: dict[str, ToolCall] = field(default_factory=dict)
     _started: set[str] = field(default_factory=set)
@@ -119,8 +141,18 @@ class Thread:
     _prompting: bool = False
     #: The ``finish_reason`` of the running turn's latest response.
     _finish: str | None = None
+    #: Tool calls seen started whose ``tool_call`` is not sent yet (see ``_announce``).
+    _unannounced: set[str] = field(default_factory=set)
+    #: A manual compaction runs: its failure is reported with the command's reason.
+    _manual: bool = False
+    _held_failure: _LiveCompaction | None = None
+    _said_once: set[str] = field(default_factory=set)
+    #: Prompts and compactions running; ``session/close`` waits for none.
+    _running: int = 0
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
+        self._idle.set()
         self._follow(self.agent)
 
     @property
@@ -136,19 +168,40 @@ class Thread:
         """A paragraph from Cairn in the thread (a command's answer, a notice, an error)."""
         self.send(updates.agent_text(f"\n{text.strip(chr(10))}\n"))
 
+    def say_once(self, text: str) -> None:
+        """``say``, once in the thread's life."""
+        if text not in self._said_once:
+            self._said_once.add(text)
+            self.say(text)
+
     def replay(self) -> None:
         """``session/load``: the whole UI history, every message and compact block, in order."""
         for update in updates.history(
             self.agent.ui_messages(), self.workspace, standard_compaction=self.standard_compaction
         ):
             self.send(update)
-        self.send_usage()
 
     def send_usage(self, used: int | None = None) -> None:
         usage = self.agent.usage
-        used = used if used is not None else usage.latest_total_tokens
+        used = used if used is not None else self._context_used()
         if used is not None and usage.window:
             self.send(updates.usage(used, usage.window))
+
+    def _context_used(self) -> int | None:
+        """The context's size as the meter last showed it: the latest response's total,
+        or a compaction's result when one came after it.
+
+        The API view's latest response may predate the last compaction (the rounds
+        it kept carry their old usage), so the UI history decides which is later.
+        """
+        for message in reversed(self.agent.ui_page(None, USAGE_LOOKBACK).messages):
+            if message.meta.kind == KIND_COMPACT_SUMMARY:
+                post = message.meta.extra.get("post_tokens")
+                if isinstance(post, int):
+                    return post
+            elif message.role == "assistant" and message.meta.usage is not None:
+                return message.meta.usage.total_tokens
+        return self.agent.usage.latest_total_tokens
 
     def send_commands(self) -> None:
         self.send(updates.available_commands())
@@ -182,8 +235,12 @@ class Thread:
                 self._calls[call.id] = call
                 self._started.add(call.id)
                 self._current_call = call.id
-                self.send(updates.tool_started(call, self.workspace))
+                # Sent a moment later: a call that asks for permission first is
+                # announced ``pending`` instead (its request follows in the same step).
+                self._unannounced.add(call.id)
+                asyncio.get_running_loop().call_soon(self._announce, call.id, "in_progress")
             case ToolFinished(call_id=call_id, result=result):
+                self._announce(call_id, "in_progress")
                 self._tool_finished(call_id, result)
             case CompactionStateChange(is_compacting=is_compacting):
                 self._compaction_state(is_compacting)
@@ -207,9 +264,24 @@ class Thread:
                     self._compaction.problem = message
                 self._say_error(message)
             case PermissionRequested():
+                waiting = self._current_call
+                if waiting is not None:
+                    if waiting in self._unannounced:
+                        self._announce(waiting, "pending")
+                    else:
+                        self.send(updates.tool_status(waiting, "pending"))
                 task = asyncio.get_running_loop().create_task(self._ask(agent, event))
                 self._asking.add(task)
                 task.add_done_callback(self._asking.discard)
+
+    def _announce(self, call_id: str, status: updates.ToolStatus) -> None:
+        """Send a started call's ``tool_call`` (once) with ``status``."""
+        if call_id not in self._unannounced:
+            return
+        self._unannounced.discard(call_id)
+        call = self._calls.get(call_id)
+        if call is not None:
+            self.send(updates.tool_started(call, self.workspace, status))
 
     def _message(self, message: Message) -> None:
         if message.meta.kind == KIND_ERROR:
@@ -248,9 +320,11 @@ class Thread:
     # -- compaction, three ways ---------------------------------------------------
 
     def _compaction_state(self, is_compacting: bool) -> None:
-        self.channel.extension(
-            "cairn/compactionStateChange", {"sessionId": self.acp_id, "isCompacting": is_compacting}
-        )
+        if self.cairn_compaction:
+            self.channel.extension(
+                "cairn/compactionStateChange",
+                {"sessionId": self.acp_id, "isCompacting": is_compacting},
+            )
         if is_compacting:
             started = self._compaction = _LiveCompaction(new_id("compaction"))
             if self.standard_compaction:
@@ -268,7 +342,14 @@ class Thread:
                 label = compact_label(live.block)
                 self.send(updates.compaction_tool_progress(live.id, label, "completed"))
             return
-        why = live.problem or "the compaction did not complete; the conversation is unchanged"
+        if self._manual:
+            # ``compact`` reports it once it has the command's own reason.
+            self._held_failure = live
+            return
+        self._compaction_failed(live, live.problem)
+
+    def _compaction_failed(self, live: _LiveCompaction, why: str | None) -> None:
+        why = why or "the compaction did not complete; the conversation is unchanged"
         if self.standard_compaction:
             status: updates.CompactionStatus = "cancelled" if self._cancelled else "failed"
             self.send(updates.compaction_update(live.id, status, error=why))
@@ -276,9 +357,10 @@ class Thread:
             self.send(updates.compaction_tool_progress(live.id, why, "failed"))
 
     def _compaction_content(self, content: str) -> None:
-        self.channel.extension(
-            "cairn/compactionContentUpdate", {"sessionId": self.acp_id, "content": content}
-        )
+        if self.cairn_compaction:
+            self.channel.extension(
+                "cairn/compactionContentUpdate", {"sessionId": self.acp_id, "content": content}
+            )
         live = self._compaction
         if live is None:
             return
@@ -327,19 +409,41 @@ class Thread:
                 decision = "cancelled"
         except (RequestError, ValidationError, ConnectionError):
             decision = "reject"  # no usable answer: the call does not run
+        if decision in ("allow_once", "allow_always") and call is not None:
+            self.send(updates.tool_status(call.id, "in_progress"))  # answered: it runs now
         agent.answer(request.id, decision)
 
     # -- what the user typed ----------------------------------------------------------
 
-    async def prompt(self, text: str) -> AcpStopReason:
-        """Run a prompt (or a command) to its end; the updates are sent before this returns."""
+    async def prompt(self, prompt: str | list[ContentPart]) -> AcpStopReason:
+        """Run a prompt (or a command) to its end; the updates are sent before this returns.
+
+        ``prompt`` is text, or a user message's parts (text and images).
+        """
+        self._enter()
         try:
-            return await self._run(text)
+            return await self._run(prompt)
         finally:
             await self.channel.flush()
+            self._leave()
 
-    async def _run(self, text: str) -> AcpStopReason:
-        command = parse_command(text)
+    def _enter(self) -> None:
+        self._running += 1
+        self._idle.clear()
+
+    def _leave(self) -> None:
+        self._running -= 1
+        if not self._running:
+            self._idle.set()
+
+    async def _run(self, prompt: str | list[ContentPart]) -> AcpStopReason:
+        if isinstance(prompt, str):
+            text, images = prompt, False
+        else:
+            text = "".join(part.text for part in prompt if isinstance(part, TextPart))
+            images = any(not isinstance(part, TextPart) for part in prompt)
+        # A message with an image is for the model, whatever its text says.
+        command = None if images else parse_command(text)
         if command is not None:
             return await self._command(*command)
         if self._prompting:
@@ -347,7 +451,7 @@ class Thread:
         self._prompting, self._cancelled, self._finish = True, False, None
         self._errors_said.clear()
         try:
-            result = await self.agent.prompt(text)
+            result = await self.agent.prompt(user(prompt) if images else text)
         except SessionBusyError as exc:
             self.say(str(exc))
             return "end_turn"
@@ -388,12 +492,19 @@ class Thread:
 
     async def compact(self, instructions: str | None) -> CommandOutcome:
         """``/compact`` or ``_cairn/compact``; on return it has ended (done, skipped, failed…)."""
-        self._cancelled = False
+        self._cancelled, self._manual, self._held_failure = False, True, None
+        self._enter()
         try:
-            outcome = await self.agent.compact(instructions)
-        except (CairnError, OSError) as exc:
-            outcome = CommandOutcome(f"compaction failed: {exc}", ok=False)
-        await self.channel.flush()
+            try:
+                outcome = await self.agent.compact(instructions)
+            except (CairnError, OSError) as exc:
+                outcome = CommandOutcome(f"compaction failed: {exc}", ok=False)
+            held, self._held_failure, self._manual = self._held_failure, None, False
+            if held is not None:
+                self._compaction_failed(held, outcome.text)
+            await self.channel.flush()
+        finally:
+            self._leave()
         return outcome
 
     def clear(self) -> None:
@@ -419,6 +530,14 @@ class Thread:
         self.agent.cancel()
         for task in list(self._asking):
             task.cancel()
+
+    async def shut(self) -> None:
+        """``session/close``: stop what runs, wait (a bounded while) for it to end, release."""
+        if self._running:
+            self.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), CLOSE_WAIT_S)
+        await self.close()
 
     async def close(self) -> None:
         for task in list(self._asking):

@@ -74,6 +74,7 @@ COMMANDS: tuple[tuple[str, str, str | None], ...] = (
 _PLAN_STATUSES = ("pending", "in_progress", "completed")
 
 CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"]
+ToolStatus: TypeAlias = Literal["pending", "in_progress"]
 
 
 def _json(model: BaseModel) -> JSONObject:
@@ -170,14 +171,15 @@ def tool_locations(call: ToolCall, workspace: Path) -> list[ToolCallLocation]:
     return [ToolCallLocation(path=str(absolute), line=line)]
 
 
-def tool_started(call: ToolCall, workspace: Path) -> JSONObject:
+def tool_started(call: ToolCall, workspace: Path, status: ToolStatus = "in_progress") -> JSONObject:
+    """The call's ``tool_call``: ``pending`` while it waits for the user's permission."""
     return _json(
         ToolCallStart(
             session_update="tool_call",
             tool_call_id=call.id,
             title=tool_title(call),
             kind=tool_kind(call.name),
-            status="in_progress",
+            status=status,
             locations=tool_locations(call, workspace),
             raw_input=_arguments(call),
         )
@@ -195,6 +197,13 @@ def tool_finished(call_id: str, result: Message) -> JSONObject:
             status="failed" if result.meta.tool_error else "completed",
             content=[ContentToolCallContent(type="content", content=_text(text))],
         )
+    )
+
+
+def tool_status(call_id: str, status: ToolStatus) -> JSONObject:
+    """A ``tool_call_update`` that changes only the call's status."""
+    return _json(
+        ToolCallProgress(session_update="tool_call_update", tool_call_id=call_id, status=status)
     )
 
 
