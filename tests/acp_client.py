@@ -261,8 +261,14 @@ def make_setup(
     mode: PermissionMode = "bypass",
     context_window: int = 32_768,
     settings: Settings | None = None,
+    images: bool = False,
 ) -> AgentSetup:
-    model = ModelConfig(model="test-model", base_url=server.base_url, context_window=context_window)
+    model = ModelConfig(
+        model="test-model",
+        base_url=server.base_url,
+        context_window=context_window,
+        images=images,
+    )
     return AgentSetup(
         model,
         OpenAIProvider(model),

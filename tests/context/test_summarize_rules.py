@@ -150,17 +150,19 @@ def test_exact_records_are_placed_verbatim_under_their_heading() -> None:
 # Fork input and shrinking
 
 
-def test_fork_input_is_the_main_requests_messages_unchanged() -> None:
+def test_fork_input_is_the_main_requests_messages_with_images_as_placeholders() -> None:
     """Regression: the fork stripped the handoff from the middle of the history, so its
-    prefix was not the cached one; images become placeholders only when shrinking."""
+    prefix was not the cached one. Images alone become placeholders (both requirement
+    documents: no image data in a compaction request)."""
     handoff = Message(
         role="user", content="frontier", meta=MessageMeta(kind=KIND_HANDOFF, hidden=True)
     )
     pic = user([TextPart("see"), ImagePart("data:image/png;base64,AAAA")])
     thinking = assistant("answer", reasoning="secret chain of thought")
-    assert prepare_fork_input([handoff, pic, thinking]) == [handoff, pic, thinking]
-    stripped = strip_images([pic])
-    assert stripped[0].content == (TextPart("see"), TextPart(IMAGE_PLACEHOLDER))
+    sent = prepare_fork_input([handoff, pic, thinking])
+    assert sent[0] is handoff and sent[2] is thinking
+    assert sent[1].content == (TextPart("see"), TextPart(IMAGE_PLACEHOLDER))
+    assert strip_images([pic]) == [sent[1]]
 
 
 def history() -> list[Message]:

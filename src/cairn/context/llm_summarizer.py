@@ -86,16 +86,21 @@ def extract_summary(text: str) -> str:
 
 
 def prepare_fork_input(messages: Sequence[Message]) -> list[Message]:
-    """The history the fork sends: the main request's messages exactly as they went out.
+    """The history the fork sends: the main request's messages as they went out, with
+    each image replaced by a fixed placeholder.
 
-    Nothing is taken out or rewritten — not the hidden handoff (the instruction
-    says it is a control message), not an image, not a snip this check only
-    planned — so the provider serves the whole prefix from its prompt cache.
-    The wire form is built by the same ``chat_request``; reasoning goes out
-    only where the main request sent it too. Only shrinking, when the fork
-    cannot fit, changes it.
+    Nothing else is taken out or rewritten — not the hidden handoff (the
+    instruction says it is a control message), not a snip this check only
+    planned — so the provider serves the prefix from its prompt cache. Images
+    are the exception both requirement documents make (seed 000: multimodal
+    compaction sends text and a fixed image placeholder, never the data URL or
+    remote image again; seed 004: images are stripped before the compaction
+    call): the cached prefix then ends at the first image, a price paid only by
+    sessions that hold one. The wire form is built by the same
+    ``chat_request``; reasoning goes out only where the main request sent it
+    too. Shrinking, when the fork cannot fit, changes it further.
     """
-    return list(messages)
+    return strip_images(messages)
 
 
 def strip_images(messages: Sequence[Message]) -> list[Message]:

@@ -424,3 +424,68 @@ def test_cancel_during_a_compaction_ends_it_cancelled_with_the_state_back_to_fal
         asyncio.run(scenario())
     finally:
         gate.set()
+
+
+def test_cairn_notifications_go_only_to_a_client_that_asked_for_them(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+
+    async def scenario() -> None:
+        for asked in (False, True):
+            caps = capabilities(compaction=True, cairn=asked)
+            setup = make_setup(tmp_path, openai_server)
+            async with connected(setup, tmp_path / f"ws-{asked}", client_capabilities=caps) as ed:
+                sid = await ed.new()
+                await converse(ed, sid)
+                await ed.ask(sid, "/compact")
+                methods = [m for m in ed.client.methods() if m.startswith("_")]
+                if asked:
+                    assert methods[0] == "_cairn/compactionStateChange"
+                    assert methods[-1] == "_cairn/compactionStateChange"
+                    assert "_cairn/compactionContentUpdate" in methods
+                else:
+                    assert methods == []
+                # The protocol's own updates go to the client that advertised them either way.
+                statuses = [
+                    u["status"]
+                    for u in ed.client.updates(sid)
+                    if u["sessionUpdate"] == "compaction_update"
+                ]
+                assert statuses == ["in_progress", "completed"]
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_compactions_error_says_why_as_compact_does(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+
+    async def scenario() -> None:
+        caps = capabilities(compaction=True)
+        setup = make_setup(tmp_path, openai_server)
+        async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
+            sid = await editor.new()
+            await converse(editor, sid)
+            openai_server.respond_with(
+                lambda body: Reply.http_error(500, "summarizer down") if is_fork(body) else None
+            )
+            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+            assert result["status"] == "failed"
+            mark = len(editor.client.wire)
+            assert await editor.ask(sid, "/compact") == "end_turn"
+            said = "".join(
+                u["content"]["text"]
+                for u in since(editor, mark, sid)
+                if u["sessionUpdate"] == "agent_message_chunk"
+            ).strip()
+        failed = [
+            u for u in editor.client.updates(sid) if u["sessionUpdate"] == "compaction_update"
+        ]
+        assert [u["status"] for u in failed] == ["in_progress", "failed"] * 2
+        assert failed[1]["error"] == result["error"]
+        assert failed[3]["error"] == said
+        assert "summarizer" in said or "500" in said
+
+    asyncio.run(scenario())

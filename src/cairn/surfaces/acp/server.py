@@ -333,8 +333,8 @@ class CairnAgent:
                 stores.delete(Path(where), session_id)
         except ValueError as exc:  # not a session id at all
             raise RequestError(INVALID_PARAMS, str(exc)) from exc
-        except TranscriptLockedError as exc:
-            raise RequestError(-32603, f"cannot delete session {session_id}: {exc}") from exc
+        except TranscriptLockedError as exc:  # its message names the session and says why
+            raise RequestError(-32603, str(exc)) from exc
         except (CairnError, OSError) as exc:
             raise RequestError(-32603, f"cannot delete session {session_id}: {exc}") from exc
         finally:
