@@ -88,7 +88,13 @@ class WebServer:
 
     @property
     def url(self) -> str:
-        return f"{self.origin}/?token={TOKEN}"
+        """The address ``cairn web`` prints: the token in the fragment, which no request
+        carries."""
+        return f"{self.origin}/#token={TOKEN}"
+
+    @property
+    def socket(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
 
 
 @pytest.fixture(name="web")
@@ -155,7 +161,7 @@ def browser_fixture() -> Iterator[Browser]:
 
 @pytest.fixture(name="page")
 def page_fixture(browser: Browser, web: Callable[..., WebServer]) -> Iterator[Page]:
-    """A fresh page (its own cookies), closed before the servers stop."""
+    """A fresh page (its own storage), closed before the servers stop."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
@@ -171,7 +177,10 @@ def page_fixture(browser: Browser, web: Callable[..., WebServer]) -> Iterator[Pa
 
 
 def load(page: Page, server: WebServer) -> None:
-    """Open the page with the token and wait until its first pane holds a session."""
+    """Open the page at the printed address and wait until its first pane holds a session."""
+    # Only the fragment differs from the page already shown: without leaving it first,
+    # the browser would just scroll, not load it again.
+    page.goto("about:blank")
     page.goto(server.url)
     page.locator('.pane[data-pane="p1"][data-session]').wait_for()
 

@@ -14,8 +14,6 @@ import functools
 import json
 import re
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,7 +21,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
-from websockets.typing import Origin
+from websockets.typing import Origin, Subprotocol
 
 from cairn.messages import ToolCall, assistant, tool_result, user
 from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
@@ -64,6 +62,7 @@ FORK = (
 ANSWER = "calc.py defines add(), which subtracts where it should add. " * 12
 COMPACT_LABEL = re.compile(r"Conversation compacted · [\d,]+ → [\d,]+ tokens · llm")
 HINT = ".pane[data-pane='{}'] .compaction-hint"
+PROTOCOL = Subprotocol("cairn.v1")
 
 
 def is_fork(body: dict[str, Any]) -> bool:
@@ -605,25 +604,29 @@ def test_a_tool_call_whose_result_begins_the_last_page_is_one_row_once_the_page_
     expect(tool.locator(".tool-result")).to_have_text("calc.py")
 
 
-def test_without_the_token_the_page_is_not_served_and_the_socket_is_refused(
+def test_without_the_token_the_page_shows_nothing_and_the_socket_is_refused(
     web: Callable[..., WebServer], page: Page
 ) -> None:
     server = web()
-    for path in ("/", "/?token=wrong", "/static/app.js"):
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(server.origin + path, timeout=10)
-        assert refused.value.code == 403
-    response = page.goto(server.origin + "/")
-    assert response is not None and response.status == 403
-    socket = f"ws://127.0.0.1:{server.port}/ws"
-    for uri, origin in ((socket, server.origin), (f"{socket}?token=wrong", server.origin)):
+    response = page.goto(server.origin + "/")  # the page is no secret; the sessions are
+    assert response is not None and response.status == 200
+    expect(page.locator("#connection")).to_contain_text("No token in this tab")
+    expect(page.locator("#sessions .session")).to_have_count(0)
+    origin = Origin(server.origin)
+    for protocols in (None, [PROTOCOL], [PROTOCOL, Subprotocol("cairn.token.wrong")]):
         with pytest.raises(InvalidStatus) as ws_refused:
-            connect(uri, origin=Origin(origin), open_timeout=10)
-        assert ws_refused.value.response.status_code == 403
-    # With the token (and this server's Origin) it opens; the page drops it from the URL.
-    with connect(f"{socket}?token={TOKEN}", origin=Origin(server.origin), open_timeout=10) as ws:
+            connect(server.socket, origin=origin, subprotocols=protocols, open_timeout=10)
+        assert ws_refused.value.response.status_code == 403, protocols
+    with pytest.raises(InvalidStatus) as in_query:  # a token in the query is no credential
+        connect(f"{server.socket}?token={TOKEN}", origin=origin, open_timeout=10)
+    assert in_query.value.response.status_code == 403
+    # With the token in the handshake (and this server's Origin) it opens.
+    protocols = [PROTOCOL, Subprotocol(f"cairn.token.{TOKEN}")]
+    with connect(server.socket, origin=origin, subprotocols=protocols, open_timeout=10) as ws:
+        assert ws.subprotocol == PROTOCOL  # the token is never echoed
         ws.send(json.dumps({"type": "list"}))
         assert json.loads(ws.recv(timeout=10))["type"] == "sessions"
+    # The printed address: the page drops the token from the address bar.
     load(page, server)
     assert page.url == server.origin + "/"
 

@@ -1,6 +1,7 @@
 """``cairn web``'s server alone, without a browser (starlette's test client against the
-local OpenAI server): the token and the Origin, and the WebSocket protocol — panes,
-prompts, commands, events, the guard, a long session's history a page at a time."""
+local OpenAI server): the token, the Host and the Origin, and the WebSocket protocol —
+panes, prompts, commands, events, the guard, a long session's history a page at a time,
+bad frames."""
 
 from __future__ import annotations
 
@@ -29,7 +30,13 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
 )
 
 TOKEN = "test-token-123"
-ORIGIN = {"origin": "http://testserver"}
+#: The test client's requests say they reach this address (``Host``, the server's port).
+PORT = 8765
+BASE = f"http://127.0.0.1:{PORT}"
+SOCKET = f"ws://127.0.0.1:{PORT}/ws"
+ORIGIN = {"origin": BASE}
+#: The subprotocols the page offers: the protocol, and the token.
+PROTOCOLS = ["cairn.v1", f"cairn.token.{TOKEN}"]
 SUMMARY = "<summary>\n## Objective and constraints\nExplain calc.py.\n</summary>"
 ANSWER = "calc.py defines add(), which subtracts where it should add. " * 30
 
@@ -67,7 +74,7 @@ def make_client(
         permission_mode=mode,
         settings=settings or Settings(),
     )
-    return TestClient(create_app(setup, TOKEN))
+    return TestClient(create_app(setup, TOKEN), base_url=BASE)
 
 
 class Page:
@@ -112,46 +119,85 @@ class Page:
 
 @contextmanager
 def page(client: TestClient) -> Iterator[Page]:
-    with client.websocket_connect(f"/ws?token={TOKEN}", headers=ORIGIN) as socket:
+    with client.websocket_connect(SOCKET, PROTOCOLS, headers=dict(ORIGIN)) as socket:
+        assert socket.accepted_subprotocol == "cairn.v1"  # never the token's
         yield Page(socket)
 
 
-def test_nothing_is_served_without_the_token(tmp_path: Path, openai_server: OpenAIServer) -> None:
+def test_the_page_is_served_without_the_token_and_no_response_sets_a_cookie(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """The page and its files reveal nothing; no credential is ever a cookie (a cookie is
+    not bound to a port: every other server on 127.0.0.1 would receive it)."""
     with make_client(tmp_path, openai_server) as client:
-        for url in ("/", "/?token=wrong", "/static/app.js", "/ws"):
+        for url in ("/", f"/?token={TOKEN}", "/static/app.js", "/static/ws.js"):
             response = client.get(url)
-            assert response.status_code == 403, url
-            assert "carries the token" in response.text
-        response = client.get(f"/?token={TOKEN}")
-        assert response.status_code == 200
-        assert response.headers["referrer-policy"] == "no-referrer"
-        assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
-        cookie = response.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        # The page's own files load with the cookie the first load set.
-        assert client.get("/static/app.js").status_code == 200
+            assert response.status_code == 200, url
+            assert "set-cookie" not in response.headers, url
+            assert TOKEN not in response.text
+            assert response.headers["referrer-policy"] == "no-referrer"
+            policy = response.headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in policy and "connect-src 'self';" in policy
+        assert client.get("/ws").status_code == 404  # no session data over plain HTTP
+        assert not client.cookies
 
 
-def test_the_websocket_needs_the_token_and_this_servers_origin(
+def refused_code(client: TestClient, protocols: list[str] | None, headers: dict[str, str]) -> int:
+    with (
+        pytest.raises(WebSocketDisconnect) as closed,
+        client.websocket_connect(SOCKET, protocols, headers=headers),
+    ):
+        pass
+    return closed.value.code
+
+
+def test_the_websocket_needs_the_token_in_its_handshake_and_this_servers_origin(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     with make_client(tmp_path, openai_server) as client:
-        refused = [
-            ("/ws", ORIGIN),
-            ("/ws?token=wrong", ORIGIN),
-            (f"/ws?token={TOKEN}", {}),
-            (f"/ws?token={TOKEN}", {"origin": "http://evil.example"}),
+        refused: list[tuple[str, list[str] | None, dict[str, str]]] = [
+            ("no token", None, ORIGIN),
+            ("no token, the protocol", ["cairn.v1"], ORIGIN),
+            ("a wrong token", ["cairn.v1", "cairn.token.wrong"], ORIGIN),
+            ("a token of another length", ["cairn.v1", f"cairn.token.{TOKEN}x"], ORIGIN),
+            ("the token without the protocol", [f"cairn.token.{TOKEN}"], ORIGIN),
+            ("no Origin", PROTOCOLS, {}),
+            ("another site's Origin", PROTOCOLS, {"origin": "http://evil.example"}),
+            ("another port's Origin", PROTOCOLS, {"origin": "http://127.0.0.1:9999"}),
         ]
-        for url, headers in refused:
-            with (
-                pytest.raises(WebSocketDisconnect) as closed,
-                client.websocket_connect(url, headers=headers),
-            ):
-                pass
-            assert closed.value.code == 4403, (url, headers)
+        for what, protocols, headers in refused:
+            assert refused_code(client, protocols, dict(headers)) == 4403, what
+        # A token in the query is no credential.
+        with (
+            pytest.raises(WebSocketDisconnect) as closed,
+            client.websocket_connect(f"{SOCKET}?token={TOKEN}", headers=dict(ORIGIN)),
+        ):
+            pass
+        assert closed.value.code == 4403
         with page(client) as p:
             p.send(type="list")
             assert p.until(lambda f: f["type"] == "sessions")["sessions"] == []
+
+
+def test_a_request_for_another_host_is_refused_even_with_the_token(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """DNS rebinding: a site whose name now points at 127.0.0.1 reaches this port, but
+    its requests name its own host, and that alone refuses them."""
+    with make_client(tmp_path, openai_server) as client:
+        for host in ("evil.example:8765", "evil.example", "127.0.0.1:9999", "127.0.0.1"):
+            for url in ("/", "/static/app.js"):
+                response = client.get(url, headers={"host": host})
+                assert response.status_code == 403, (host, url)
+                assert "answers only to" in response.text
+            origin = {"origin": f"http://{host}", "host": host}
+            assert refused_code(client, PROTOCOLS, origin) == 4403, host
+        for host in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765", "LOCALHOST:8765"):
+            assert client.get("/", headers={"host": host}).status_code == 200, host
+            headers = {"origin": f"http://{host}", "host": host}
+            with client.websocket_connect(SOCKET, PROTOCOLS, headers=headers) as socket:
+                socket.send_text(json.dumps({"type": "list"}))
+                assert socket.receive_json()["type"] == "sessions"
 
 
 def test_a_pane_opens_a_session_streams_a_prompt_and_lists_it(
@@ -454,3 +500,60 @@ def test_the_guard_holds_while_a_background_task_runs_and_lifts_when_it_ends(
         assert "running a background task" in p.until(lambda f: f["type"] == "refused")["text"]
         p.idle("p1")  # the poll sees the task end
         assert p.open("p1", other)["type"] == "opened"
+
+
+def test_a_bad_frame_is_an_error_frame_and_the_running_turn_goes_on(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Binary, too deep, too big, a path or an empty or huge id as a session: each is
+    answered with one error frame while another pane's answer streams, and the socket
+    and that turn go on as if it had not come."""
+    gate = threading.Event()
+    openai_server.respond_with(lambda body: Reply(text=ANSWER, hold=gate, hold_after=3))
+    deep = "[" * 100_000 + "]" * 100_000
+    not_an_id = "is not a session id"
+
+    def opening(pane: str, session_id: str | None) -> str:
+        return json.dumps({"type": "open", "pane": pane, "sessionId": session_id})
+
+    bad: list[tuple[str, str | bytes, str]] = [
+        ("binary", b'{"type": "list"}', "not binary"),
+        ("binary garbage", bytes(range(256)), "not binary"),
+        ("100,000-deep JSON", deep, "nested too deeply"),
+        ("100,000-deep object", '{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        ("over a MiB", json.dumps({"type": "list", "pad": "x" * (1 << 20)}), "at most"),
+        ("a path", opening("p2", "../../../../etc/passwd"), not_an_id),
+        ("an empty id", opening("p2", ""), not_an_id),
+        ("a 10,000-character id", opening("p2", "a" * 10_000), not_an_id),
+        ("a slash", opening("p2", "a/b"), not_an_id),
+        ("a 10,000-character pane", opening("p" * 10_000, None), "pane must be at most"),
+    ]
+    try:
+        with make_client(tmp_path, openai_server) as client, page(client) as p:
+            p.open("p1")
+            p.send(type="prompt", pane="p1", text="a question that streams")
+            p.event("p1", "messageUpdated")  # held after a few pieces
+            for what, frame, says in bad:
+                if isinstance(frame, bytes):
+                    p.socket.send_bytes(frame)
+                else:
+                    p.socket.send_text(frame)
+                error = p.until(lambda f: f["type"] in ("error", "refused", "opened"))
+                assert error["type"] == "error" and error["pane"] is None, (what, error)
+                text = error["text"]
+                assert says in text and "\n" not in text and len(text) < 300, (what, text)
+            # Nothing was opened, nothing stopped: the turn ends with its whole answer.
+            gate.set()
+            added = p.until(
+                lambda f: (
+                    f["type"] == "event"
+                    and f["event"]["type"] == "messageAdded"
+                    and f["event"]["message"]["role"] == "assistant"
+                )
+            )
+            assert added["pane"] == "p1" and added["event"]["message"]["content"] == ANSWER
+            p.idle("p1")
+            assert p.open("p2")["type"] == "opened"  # and the socket still serves
+    finally:
+        gate.set()
+    assert not (tmp_path / "etc").exists()

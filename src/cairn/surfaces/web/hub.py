@@ -47,7 +47,9 @@ from cairn.errors import CairnError
 from cairn.messages import JSONObject, JSONValue
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import TranscriptLockedError, UiPage
+from cairn.store.paths import is_session_id
 from cairn.surfaces.web.frames import history_frame, opened_frame, state_frame
+from cairn.surfaces.web.listing import SessionList
 from cairn.surfaces.web.watch import Watch
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ HISTORY_PAGE = 300
 #: The most entries one ``history`` frame may ask for, so no page can make the
 #: server send a whole long session in one frame.
 HISTORY_LIMIT_MAX = 1_000
+#: The longest pane name: the page names its panes ``p1``, ``p2`` …, and every frame
+#: about a pane carries its name back.
+PANE_ID_MAX = 64
 
 
 class FrameError(CairnError, ValueError):
@@ -134,12 +139,19 @@ class Hub:
         setup: WebSetup,
         send: Callable[[JSONObject], None],
         open_sessions: OpenSessions,
-        on_sessions_changed: Callable[[], None] = lambda: None,
+        on_sessions_changed: Callable[[str], None] = lambda session_id: None,
+        session_list: SessionList | None = None,
     ) -> None:
         self.setup = setup
         self._send = send
         self._open = open_sessions
+        #: Called with a session's id when this page changed what the sidebar shows of it.
         self._sessions_changed = on_sessions_changed
+        self._session_list = session_list or SessionList(setup.runtime)
+        #: The ``sessions`` frame being read for this page, and whether it was asked
+        #: for again meanwhile (then one more read follows, however often it was asked).
+        self._listing: asyncio.Task[None] | None = None
+        self._list_again = False
         self.panes: dict[str, Pane] = {}
         #: Panes following a session another process writes (never also in ``panes``).
         self.watches: dict[str, Watch] = {}
@@ -170,6 +182,12 @@ class Hub:
             session_id = frame.get("sessionId")
             if session_id is not None and not isinstance(session_id, str):
                 raise FrameError("open: sessionId must be a string or null")
+            if session_id is not None and not is_session_id(session_id):
+                # Checked before the store sees it: an id names a file.
+                raise FrameError(
+                    f"open: sessionId {_shown(session_id)} is not a session id "
+                    "(1-128 letters, digits, '.', '_' or '-')"
+                )
             self.open(pane_id, session_id)
         elif kind == "prompt":
             self.prompt(pane_id, _text(frame, "text"))
@@ -247,7 +265,7 @@ class Hub:
         self.panes[pane_id] = pane
         agent.on_event(lambda event: self._on_event(pane, event))
         self._opened(pane)
-        self._sessions_changed()
+        self._sessions_changed(agent.id)
 
     def _opened(self, pane: Pane) -> None:
         try:
@@ -303,6 +321,8 @@ class Hub:
             self._open.release(pane)
 
     async def close(self) -> None:
+        if self._listing is not None:
+            self._listing.cancel()
         for pane_id in [*self.panes, *self.watches]:
             await self.close_pane(pane_id)
 
@@ -365,7 +385,7 @@ class Hub:
     def _ended(self, pane: Pane) -> None:
         if self.panes.get(pane.id) is pane:
             self._state(pane)
-            self._sessions_changed()
+            self._sessions_changed(pane.agent.id)
 
     async def _turn(self, pane: Pane, text: str) -> None:
         try:
@@ -417,24 +437,26 @@ class Hub:
     # -- the sidebar ---------------------------------------------------------------------
 
     def send_sessions(self) -> None:
-        runtime = self.setup.runtime()
-        try:
-            listed = runtime.list_sessions()
-        except (CairnError, OSError) as exc:
-            self._send({"type": "error", "pane": None, "text": f"cannot list the sessions: {exc}"})
+        """Send the page a ``sessions`` frame, read off the loop; asked for again while
+        one is being read, it is read once more after, not once per asking."""
+        if self._listing is not None and not self._listing.done():
+            self._list_again = True
             return
-        finally:
-            runtime.close()
-        sessions: list[JSONValue] = [
-            {
-                "id": info.id,
-                "firstPrompt": info.first_prompt,
-                "messages": info.messages,
-                "lastActivity": info.last_activity,
-            }
-            for info in listed
-        ]
-        self._send({"type": "sessions", "sessions": sessions})
+        self._listing = asyncio.get_running_loop().create_task(self._send_listing())
+
+    async def _send_listing(self) -> None:
+        again = True
+        while again:
+            self._list_again = False
+            try:
+                sessions = await self._session_list.listing()
+            except (CairnError, OSError) as exc:
+                self._send(
+                    {"type": "error", "pane": None, "text": f"cannot list the sessions: {exc}"}
+                )
+            else:
+                self._send({"type": "sessions", "sessions": sessions})
+            again = self._list_again
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -486,4 +508,11 @@ def _text(frame: dict[str, JSONValue], key: str) -> str:
     value = frame.get(key)
     if not isinstance(value, str) or not value:
         raise FrameError(f"{frame['type']}: {key} must be a non-empty string")
+    if key == "pane" and len(value) > PANE_ID_MAX:
+        raise FrameError(f"{frame['type']}: pane must be at most {PANE_ID_MAX} characters")
     return value
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for an error line, cut short: a frame may carry 10,000 characters."""
+    return repr(text if len(text) <= 40 else text[:40] + "…")

@@ -6,9 +6,25 @@ import { element } from "./rows.js";
 import { Connection } from "./ws.js";
 import { Pane } from "./pane.js";
 
-// The token leaves the address bar at once; the socket carries it.
-const token = new URLSearchParams(location.search).get("token") ?? "";
+// The token comes in the address's fragment (#token=…), which no request carries. It
+// leaves the address bar at once and lives on in this tab's sessionStorage, so a reload
+// still works; only the socket's handshake presents it. Never a cookie: cookies are not
+// bound to a port, so every other server on 127.0.0.1 would receive it.
+const TOKEN_KEY = "cairn.token";
+const given = new URLSearchParams(location.hash.slice(1)).get("token");
+// Only a token's characters: anything else would make the WebSocket constructor throw.
+if (given && /^[\w-]+$/.test(given)) sessionStorage.setItem(TOKEN_KEY, given);
 history.replaceState(null, "", "/");
+const token = sessionStorage.getItem(TOKEN_KEY) ?? "";
+// The printed address pasted into this tab again (a restarted server's new token, say)
+// only changes the fragment: load the page again with it.
+window.addEventListener("hashchange", () => {
+  const again = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!again || !/^[\w-]+$/.test(again)) return;
+  sessionStorage.setItem(TOKEN_KEY, again);
+  history.replaceState(null, "", "/");
+  location.reload();
+});
 
 const sidebar = document.getElementById("sessions");
 const newChat = document.getElementById("new-chat");
@@ -139,7 +155,8 @@ function onFrame(frame) {
 
 const scheme = location.protocol === "https:" ? "wss" : "ws";
 const connection = new Connection(
-  `${scheme}://${location.host}/ws?token=${encodeURIComponent(token)}`,
+  `${scheme}://${location.host}/ws`,
+  ["cairn.v1", `cairn.token.${token}`],
   {
     onFrame,
     // The sessions, and every pane's session (a new one for a new pane; its own again
@@ -152,7 +169,9 @@ const connection = new Connection(
       }
     },
     onDown() {
-      banner.textContent = "Disconnected from cairn web — reconnecting…";
+      banner.textContent = token
+        ? "Disconnected from cairn web — reconnecting…"
+        : "No token in this tab: open the address `cairn web` printed";
       banner.hidden = false;
     },
   },

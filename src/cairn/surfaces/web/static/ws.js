@@ -1,10 +1,11 @@
 // The page's one WebSocket: JSON frames out (queued until it is open), JSON frames in.
 // When it drops it comes back (after 0.5 s, then longer) and says so, so the page can
-// open its panes' sessions again.
+// open its panes' sessions again. The subprotocols carry the token in the handshake.
 
 export class Connection {
-  constructor(url, { onFrame, onOpen, onDown }) {
+  constructor(url, protocols, { onFrame, onOpen, onDown }) {
     this.url = url;
+    this.protocols = protocols;
     this.handlers = { onFrame, onOpen, onDown };
     this.queue = [];
     this.delay = 500;
@@ -13,7 +14,7 @@ export class Connection {
   }
 
   connect() {
-    const socket = new WebSocket(this.url);
+    const socket = new WebSocket(this.url, this.protocols);
     this.socket = socket;
     socket.addEventListener("open", () => {
       this.delay = 500;
