@@ -5,9 +5,12 @@ own client runs a whole session through it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +161,311 @@ def test_the_protocol_librarys_client_runs_a_session_end_to_end(
     assert not any(
         "/compact" in str(m.get("content")) for b in openai_server.bodies for m in b["messages"]
     )
+
+
+# -- today's protocol, raw NDJSON against the real process ------------------------
+
+
+class RawEditor:
+    """An editor written by hand: one JSON object a line on ``cairn acp``'s stdin, every
+    stdout line parsed and kept; permission requests answered with ``allow_once``."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.received: list[dict[str, Any]] = []
+        self._next = 0
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message).encode() + b"\n")
+        await self.process.stdin.drain()
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def start(self, method: str, params: dict[str, Any]) -> int:
+        """Send a request; its id (``answer`` waits for its response)."""
+        if method in ("session/new", "session/load", "session/resume"):
+            params = {"mcpServers": []} | params  # required by the schema
+        self._next += 1
+        await self.send({"jsonrpc": "2.0", "id": self._next, "method": method, "params": params})
+        return self._next
+
+    async def answer(self, request_id: int) -> dict[str, Any]:
+        """Read until the response to ``request_id``; the messages before it are kept."""
+        while True:
+            message = await self.read()
+            if message.get("id") == request_id and "method" not in message:
+                return message
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.answer(await self.start(method, params))
+
+    async def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), 60)
+        assert line, "cairn acp closed its stdout"
+        message: dict[str, Any] = json.loads(line)
+        self.received.append(message)
+        if message.get("method") == "session/request_permission":
+            outcome = {"outcome": "selected", "optionId": "allow_once"}
+            await self.send({"jsonrpc": "2.0", "id": message["id"], "result": {"outcome": outcome}})
+        return message
+
+    def updates(self, since: int = 0) -> list[dict[str, Any]]:
+        return [
+            m["params"]["update"]
+            for m in self.received[since:]
+            if m.get("method") == "session/update"
+        ]
+
+    async def finish(self) -> bytes:
+        """Close stdin; the agent's stderr once it has exited (cleanly)."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        for line in (await asyncio.wait_for(self.process.stdout.read(), 60)).splitlines():
+            self.received.append(json.loads(line))
+        stderr = await self.process.stderr.read() if self.process.stderr else b""
+        assert await asyncio.wait_for(self.process.wait(), 30) == 0
+        return stderr
+
+
+@contextlib.asynccontextmanager
+async def raw_agent(
+    tmp_path: Path,
+    server: OpenAIServer,
+    *args: str,
+    client: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[RawEditor]:
+    """``cairn acp`` spawned in ``tmp_path/ws``, initialized with ``client`` capabilities."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "cairn",
+        "acp",
+        *args,
+        cwd=workspace,
+        env=environment(tmp_path, server) | (env or {}),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    editor = RawEditor(process)
+    try:
+        init = await editor.request(
+            "initialize", {"protocolVersion": 1, "clientCapabilities": client or {}}
+        )
+        assert "result" in init, init
+        yield editor
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def test_subprocess_resume_close_delete_config_options_and_cancel_request(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    openai_server.respond_with(
+        lambda body: (
+            Reply(text="slow " * 40, hold=gate, hold_after=3)
+            if "slowly" in str(body["messages"][-1]["content"])
+            else Reply(text="An answer about calc.py.")
+        )
+    )
+    cwd = str(tmp_path / "ws")
+
+    async def scenario() -> bytes:
+        async with raw_agent(tmp_path, openai_server, "--permission-mode", "bypass") as editor:
+            init = editor.received[0]["result"]
+            sessions = init["agentCapabilities"]["sessionCapabilities"]
+            assert set(sessions) == {"list", "resume", "close", "delete"}
+            new = (await editor.request("session/new", {"cwd": cwd, "mcpServers": []}))["result"]
+            sid = new["sessionId"]
+            assert [o["id"] for o in new["configOptions"]] == [
+                "model",
+                "mode",
+                "context_window",
+                "keep_rounds",
+            ]
+            prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}
+            assert (await editor.request("session/prompt", prompt))["result"]["stopReason"] == (
+                "end_turn"
+            )
+            changed = await editor.request(
+                "session/set_config_option",
+                {"sessionId": sid, "configId": "context_window", "value": "8192"},
+            )
+            current = {o["id"]: o["currentValue"] for o in changed["result"]["configOptions"]}
+            assert current["context_window"] == "8192"
+
+            # $/cancel_request: an unknown id is ignored; a prompt in flight ends cancelled.
+            await editor.notify("$/cancel_request", {"requestId": 4242})
+            slow = {"sessionId": sid, "prompt": [{"type": "text", "text": "answer slowly"}]}
+            running = await editor.start("session/prompt", slow)
+            while not any(u["sessionUpdate"] == "agent_message_chunk" for u in editor.updates()):
+                await editor.read()
+            await editor.notify("$/cancel_request", {"requestId": running})
+            assert (await editor.answer(running))["result"]["stopReason"] == "cancelled"
+            gate.set()
+
+            assert (await editor.request("session/close", {"sessionId": sid}))["result"] == {}
+            mark = len(editor.received)
+            resumed = await editor.request("session/resume", {"sessionId": sid, "cwd": cwd})
+            assert {o["id"] for o in resumed["result"]["configOptions"]} >= {"model", "mode"}
+            kinds = [u["sessionUpdate"] for u in editor.updates(mark)]
+            assert kinds == ["available_commands_update", "usage_update"]  # no history
+
+            deleted = await editor.request("session/delete", {"sessionId": sid})
+            assert deleted["result"] == {}
+            listed = await editor.request("session/list", {"cwd": cwd})
+            assert listed["result"]["sessions"] == []
+            assert "error" not in await editor.request("session/delete", {"sessionId": sid})
+            return await editor.finish()
+
+    try:
+        stderr = asyncio.run(scenario())
+    finally:
+        gate.set()
+    assert b"Traceback" not in stderr
+    assert not list((tmp_path / "home" / "projects").glob("*/*.jsonl"))
+
+
+def test_subprocess_load_sends_all_its_updates_first_and_the_meter_after_the_compaction(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.respond_with(responder)
+    cwd = str(tmp_path / "ws")
+
+    async def scenario() -> None:
+        async with raw_agent(tmp_path, openai_server) as editor:
+            sid = (await editor.request("session/new", {"cwd": cwd}))["result"]["sessionId"]
+            for n in range(3):
+                prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": f"question {n}"}]}
+                await editor.request("session/prompt", prompt)
+            compact = await editor.request("_cairn/compact", {"sessionId": sid})
+            post = compact["result"]["postTokens"]
+            await editor.finish()
+        async with raw_agent(tmp_path, openai_server) as editor:
+            load = await editor.request("session/load", {"sessionId": sid, "cwd": cwd})
+            assert "result" in load
+            kinds = [u["sessionUpdate"] for u in editor.updates()]
+            assert "user_message_chunk" in kinds and "tool_call" in kinds
+            assert kinds[-2:] == ["available_commands_update", "usage_update"]
+            assert editor.updates()[-1]["used"] == post
+            await editor.finish()
+            # Nothing of the load after its answer.
+            answered = editor.received.index(load)
+            assert not [m for m in editor.received[answered + 1 :] if "method" in m]
+
+    asyncio.run(scenario())
+
+
+def test_subprocess_cairn_notifications_only_for_a_client_that_asks(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.respond_with(responder)
+    cwd = str(tmp_path / "ws")
+
+    async def compaction_methods(client: dict[str, Any]) -> tuple[set[str], dict[str, Any]]:
+        async with raw_agent(tmp_path, openai_server, client=client) as editor:
+            sid = (await editor.request("session/new", {"cwd": cwd}))["result"]["sessionId"]
+            for n in range(3):
+                prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": f"question {n}"}]}
+                await editor.request("session/prompt", prompt)
+            compact = await editor.request("_cairn/compact", {"sessionId": sid})
+            assert compact["result"]["status"] == "completed", compact
+            await editor.finish()
+            methods = {m["method"] for m in editor.received if "method" in m}
+            return methods, editor.received[0]["result"]["_meta"]["cairn"]
+
+    plain, advertised = asyncio.run(compaction_methods({}))
+    assert not {m for m in plain if m.startswith("_")}
+    assert list(advertised["requests"]) == ["_cairn/compact"]
+    asked, _ = asyncio.run(compaction_methods({"_meta": {"cairn": {"compaction": True}}}))
+    assert set(advertised["notifications"]) <= asked
+
+
+def test_subprocess_a_call_awaiting_permission_is_pending_then_in_progress(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.script(
+        Reply(
+            tool_calls=[ToolCallSpec("write_file", json.dumps({"path": "a.txt", "content": "A"}))]
+        ),
+        Reply(text="Wrote a.txt."),
+    )
+    cwd = str(tmp_path / "ws")
+
+    async def scenario() -> list[str]:
+        async with raw_agent(tmp_path, openai_server, "--permission-mode", "ask") as editor:
+            sid = (await editor.request("session/new", {"cwd": cwd}))["result"]["sessionId"]
+            prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "write a.txt"}]}
+            answer = await editor.request("session/prompt", prompt)
+            assert answer["result"]["stopReason"] == "end_turn"
+            await editor.finish()
+        steps = []
+        for message in editor.received:
+            if message.get("method") == "session/request_permission":
+                assert message["params"]["toolCall"]["status"] == "pending"
+                steps.append("asked")
+            elif message.get("method") == "session/update":
+                update = message["params"]["update"]
+                if update["sessionUpdate"] in ("tool_call", "tool_call_update") and (
+                    "status" in update
+                ):
+                    steps.append(update["status"])
+        return steps
+
+    assert asyncio.run(scenario()) == ["pending", "asked", "in_progress", "completed"]
+    assert (tmp_path / "ws" / "a.txt").read_text() == "A"
+
+
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9aw"
+    "AAAABJRU5ErkJggg=="
+)
+
+
+def test_subprocess_images_reach_a_model_that_takes_them_and_never_the_compaction_fork(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.respond_with(responder)
+    cwd = str(tmp_path / "ws")
+    image = {"type": "image", "data": PNG, "mimeType": "image/png"}
+
+    async def session(env: dict[str, str]) -> str:
+        async with raw_agent(tmp_path, openai_server, env=env) as editor:
+            prompt_caps = editor.received[0]["result"]["agentCapabilities"]["promptCapabilities"]
+            assert prompt_caps["image"] is True
+            sid = (await editor.request("session/new", {"cwd": cwd}))["result"]["sessionId"]
+            look = {"sessionId": sid, "prompt": [{"type": "text", "text": "look"}, image]}
+            await editor.request("session/prompt", look)
+            for n in range(2):
+                more = {"sessionId": sid, "prompt": [{"type": "text", "text": f"question {n}"}]}
+                await editor.request("session/prompt", more)
+            compact = await editor.request("_cairn/compact", {"sessionId": sid})
+            assert compact["result"]["status"] == "completed"
+            await editor.finish()
+        return "".join(
+            u["content"]["text"]
+            for u in editor.updates()
+            if u["sessionUpdate"] == "agent_message_chunk"
+        )
+
+    said = asyncio.run(session({"CAIRN_IMAGES": "1"}))
+    assert "without image input" not in said
+    sent, fork = openai_server.bodies[0], next(b for b in openai_server.bodies if is_fork(b))
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}} in (
+        sent["messages"][-1]["content"]
+    )
+    assert PNG not in json.dumps(fork) and "image omitted" in json.dumps(fork)
+
+    mark = len(openai_server.bodies)
+    said = asyncio.run(session({"CAIRN_IMAGES": "0"}))
+    assert said.count("without image input") == 1
+    assert not any(PNG in json.dumps(b) for b in openai_server.bodies[mark:])
