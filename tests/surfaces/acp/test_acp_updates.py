@@ -198,3 +198,13 @@ def test_prompt_parts_carry_an_image_as_a_data_url_only_for_a_model_that_takes_i
     (only,) = prompt_parts(blocks, images=False)  # type: ignore[arg-type]
     assert isinstance(only, TextPart) and IMAGE_PLACEHOLDER in only.text
     assert "iVBORw0KGgo" not in only.text
+
+
+def test_a_replayed_user_message_shows_its_images_as_the_editor_sent_them() -> None:
+    shot = user([TextPart("see"), ImagePart("data:image/png;base64,AAAA")])
+    remote = user([ImagePart("https://example.com/a.png")])
+    replayed = list(updates.history([shot, remote], WS, standard_compaction=False))
+    assert [u["content"] for u in replayed] == [
+        {"type": "text", "text": "see"},
+        {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+    ]

@@ -27,6 +27,7 @@ from acp.schema import (
     AvailableCommandInput,
     AvailableCommandsUpdate,
     ContentToolCallContent,
+    ImageContentBlock,
     PlanEntry,
     TerminalToolCallContent,
     TextContentBlock,
@@ -99,6 +100,17 @@ def agent_thought(text: str) -> JSONObject:
 
 def user_text(text: str) -> JSONObject:
     return _json(UserMessageChunk(session_update="user_message_chunk", content=_text(text)))
+
+
+def user_image(url: str) -> JSONObject | None:
+    """A user message's image (a ``data:`` URL) as the block the editor sent; ``None`` for
+    an image Cairn did not get as data (a remote URL from an imported session)."""
+    head, comma, data = url.partition(",")
+    if not (comma and head.startswith("data:") and head.endswith(";base64")):
+        return None
+    mime = head.removeprefix("data:").removesuffix(";base64")
+    block = ImageContentBlock(type="image", data=data, mime_type=mime)
+    return _json(UserMessageChunk(session_update="user_message_chunk", content=block))
 
 
 @dataclass
@@ -344,6 +356,9 @@ def history(
         elif message.role == "user":
             if message.text:
                 yield user_text(message.text)
+            for image in message.images:
+                if (update := user_image(image.url)) is not None:
+                    yield update
         elif message.role == "assistant":
             if message.reasoning:
                 yield agent_thought(message.reasoning)
