@@ -38,7 +38,7 @@ from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.web import WebSetup
-from cairn.surfaces.web.server import create_app  # typed (the package's is lazy)
+from cairn.surfaces.web.server import MAX_QUEUED, create_app  # typed (the package's is lazy)
 from openai_server import OpenAIServer
 
 TOKEN = "browser-test-token"
@@ -99,10 +99,13 @@ class WebServer:
 
 @pytest.fixture(name="web")
 def web_fixture(tmp_path: Path, openai_server: OpenAIServer) -> Iterator[Callable[..., WebServer]]:
-    """Start the app (``web(permission_mode=...)``); every server started stops after the test."""
+    """Start the app (``web(permission_mode=..., max_queued=...)``); every server started
+    stops after the test."""
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
-    def start(permission_mode: PermissionMode = "bypass") -> WebServer:
+    def start(
+        permission_mode: PermissionMode = "bypass", max_queued: int = MAX_QUEUED
+    ) -> WebServer:
         workspace = tmp_path / "ws"
         workspace.mkdir(exist_ok=True)
         home = tmp_path / "home"
@@ -118,7 +121,7 @@ def web_fixture(tmp_path: Path, openai_server: OpenAIServer) -> Iterator[Callabl
             settings=Settings(),
         )
         config = uvicorn.Config(
-            create_app(setup, token=TOKEN),
+            create_app(setup, token=TOKEN, max_queued=max_queued),
             host="127.0.0.1",
             port=0,
             log_level="warning",
