@@ -58,7 +58,7 @@ class SessionList:
             self._forgotten.add(session_id)
 
     async def _read_after(self, previous: Listing | None) -> list[JSONValue]:
-        if previous is not None:
+        if previous is not None and not previous.done():
             await asyncio.wait([previous])
         self._reading, self._next = self._next, None
         return await asyncio.to_thread(self._read)
