@@ -1,9 +1,10 @@
 """The browser UI: ``cairn web`` — sessions side by side, the inline compaction hint (DESIGN §8).
 
-A starlette app on 127.0.0.1 behind a random token serves a static page
-(plain ES modules in ``static/``, no build step) that talks to the server
-over one WebSocket: each pane of the page is its own session, and the
-sessions' events reach it in their one wire form (``event_to_wire``).
+A starlette app on 127.0.0.1 serves a static page (plain ES modules in
+``static/``, no build step) that talks to the server over one WebSocket,
+which needs the random token ``cairn web`` prints in the address's fragment
+(no cookie; ``server`` says why): each pane of the page is its own session,
+and the sessions' events reach it in their one wire form (``event_to_wire``).
 Needs the ``web`` extra (starlette, uvicorn, websockets).
 """
 

@@ -20,6 +20,13 @@ nor ``/clear``; the page disables the controls, and the server refuses too.
 A session is open in at most one pane at a time, across every page. One
 that another process is writing (another worker, a terminal ``cairn``) opens
 read-only instead, followed live (``watch.Watch``).
+
+A frame the protocol does not allow — an unknown type, a missing field, a
+session id that is no id (``../../etc/passwd``, empty, 10,000 characters) —
+is answered with an ``error`` frame before anything touches the store; the
+page's other panes go on. The sidebar's ``sessions`` are read off the loop
+(``listing.SessionList``), one read for however many ``list`` frames came
+while one was being read.
 """
 
 from __future__ import annotations
