@@ -196,6 +196,8 @@ def create_app(
         slow = asyncio.create_task(too_slow.wait())
         try:
             await asyncio.wait([reader, slow], return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                log.error("cairn web: the connection failed", exc_info=reader.exception())
         finally:
             hubs.discard(hub)
             for task in (reader, slow, guards, writer):
