@@ -15,6 +15,7 @@ import pytest
 from acp.exceptions import RequestError
 
 from acp_client import Editor, answering, connected, converse, make_setup
+from cairn.agent.settings import Settings
 from cairn.store import JsonlStoreFactory, SessionRecord
 from cairn.store.paths import normalize_workspace
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
@@ -309,3 +310,35 @@ def test_load_sends_every_update_before_its_answer_and_the_meter_after_the_compa
             assert [u["used"] for u in meter] == [post]  # the size after the compaction
 
     asyncio.run(scenario())
+
+
+def test_cancel_request_before_the_turn_runs_answers_request_cancelled(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    # A SessionStart hook that takes its time: the prompt is in flight, the turn not begun.
+    started = tmp_path / "hook-started"
+    settings = Settings.model_validate(
+        {
+            "hooks": {
+                "SessionStart": [
+                    {"hooks": [{"type": "command", "command": f"touch {started}; sleep 30"}]}
+                ]
+            }
+        }
+    )
+    openai_server.script(Reply(text="never asked"), Reply(text="Now."))
+
+    async def scenario() -> None:
+        setup = make_setup(tmp_path, openai_server, settings=settings)
+        async with connected(setup, tmp_path / "ws") as editor:
+            sid = await editor.new()
+            request_id, running = await prompt_with_id(editor, sid, "first")
+            while not started.exists():
+                await asyncio.sleep(0.01)
+            await editor.conn._conn.send_notification("$/cancel_request", {"requestId": request_id})
+            with pytest.raises(RequestError) as caught:
+                await asyncio.wait_for(running, 30)
+            assert caught.value.code == -32800
+
+    asyncio.run(scenario())
+    assert openai_server.bodies == []  # the turn never reached the model

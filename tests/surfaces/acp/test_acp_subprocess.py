@@ -306,8 +306,11 @@ def test_subprocess_resume_close_delete_config_options_and_cancel_request(
             # $/cancel_request: an unknown id is ignored; a prompt in flight ends cancelled.
             await editor.notify("$/cancel_request", {"requestId": 4242})
             slow = {"sessionId": sid, "prompt": [{"type": "text", "text": "answer slowly"}]}
+            mark = len(editor.received)
             running = await editor.start("session/prompt", slow)
-            while not any(u["sessionUpdate"] == "agent_message_chunk" for u in editor.updates()):
+            while not any(
+                u["sessionUpdate"] == "agent_message_chunk" for u in editor.updates(mark)
+            ):
                 await editor.read()
             await editor.notify("$/cancel_request", {"requestId": running})
             assert (await editor.answer(running))["result"]["stopReason"] == "cancelled"

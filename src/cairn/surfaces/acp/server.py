@@ -406,12 +406,17 @@ class CairnAgent:
     async def cancel_request(self, method: str, params: object) -> bool:
         """``$/cancel_request`` of a ``session/prompt`` or ``_cairn/compact`` in flight: the
         turn or the compaction stops as ``session/cancel`` stops it, and the request
-        answers ``cancelled`` (true). Any other request is cancelled by its caller."""
+        answers ``cancelled`` (true). Any other request is cancelled by its caller (false).
+
+        Only once the session runs (streams, runs tools, compacts): before that a
+        turn's start would clear the cancel, and after it there is nothing to stop;
+        the caller then cancels the request itself (-32800).
+        """
         if method not in ("session/prompt", "_cairn/compact") or not isinstance(params, dict):
             return False
         session_id = params.get("sessionId")
         thread = self.threads.get(session_id) if isinstance(session_id, str) else None
-        if thread is None:
+        if thread is None or thread.agent.status == "idle":
             return False
         thread.cancel()
         return True
