@@ -294,12 +294,17 @@ def _add_web(subparsers: Subparsers) -> None:
         help="the browser UI on 127.0.0.1: sessions side by side, the compaction hint",
         description=(
             "Serve the browser UI for this directory's sessions on 127.0.0.1 and print its "
-            "address, which carries a random token (nothing is served without it). "
-            "Ctrl+C stops it."
+            "address, which carries a random token in its fragment (no session is shown "
+            "without it; it never travels in a cookie). Ctrl+C stops it."
         ),
     )
     parser.add_argument("--port", type=int, default=0, help="the port (default: any free one)")
-    parser.add_argument("--open", dest="open_browser", action="store_true", help="open a browser")
+    parser.add_argument(
+        "--open",
+        dest="open_browser",
+        action="store_true",
+        help="open a browser (on a private local file: no token on its command line)",
+    )
     _add_model_flags(parser, "which calls ask first (the page answers)")
     parser.set_defaults(handler=_run_web)
 
