@@ -492,16 +492,20 @@ class Thread:
 
     async def compact(self, instructions: str | None) -> CommandOutcome:
         """``/compact`` or ``_cairn/compact``; on return it has ended (done, skipped, failed…)."""
-        self._cancelled, self._manual, self._held_failure = False, True, None
+        # A second one while a compaction runs is skipped: the running one keeps its state.
+        owner = self._compaction is None and not self._manual
+        if owner:
+            self._cancelled, self._manual, self._held_failure = False, True, None
         self._enter()
         try:
             try:
                 outcome = await self.agent.compact(instructions)
             except (CairnError, OSError) as exc:
                 outcome = CommandOutcome(f"compaction failed: {exc}", ok=False)
-            held, self._held_failure, self._manual = self._held_failure, None, False
-            if held is not None:
-                self._compaction_failed(held, outcome.text)
+            if owner:
+                held, self._held_failure, self._manual = self._held_failure, None, False
+                if held is not None:
+                    self._compaction_failed(held, outcome.text)
             await self.channel.flush()
         finally:
             self._leave()
