@@ -290,3 +290,31 @@ def test_message_problem_names_what_is_wrong(value: object, problem: str) -> Non
 )
 def test_message_problem_accepts_every_kind_of_message(value: object) -> None:
     assert message_problem(value) is None
+
+
+def test_load_or_resume_of_a_malformed_session_id_is_invalid_params(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    bad_ids = ["../../../../etc/passwd", "", "x" * 10_000, "a/b", "with space"]
+
+    async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any], int, bytes]:
+        agent, workspace = await start(tmp_path, openai_server)
+        replies = []
+        rid = 40
+        for method in ("session/load", "session/resume"):
+            for sid in bad_ids:
+                params = {"cwd": str(workspace), "sessionId": sid, "mcpServers": []}
+                replies.append(await agent.request(rid, method, params))
+                rid += 1
+        unknown = {"cwd": str(workspace), "sessionId": "0" * 32, "mcpServers": []}
+        missing = await agent.request(rid, "session/load", unknown)
+        code, stderr = await agent.finish()
+        return replies, missing, code, stderr
+
+    replies, missing, code, stderr = asyncio.run(scenario())
+    assert [r["error"]["code"] for r in replies] == [-32602] * 2 * len(bad_ids)
+    assert "is not a session id" in replies[0]["error"]["message"]
+    assert all(len(r["error"]["message"]) < 200 for r in replies)
+    assert missing["error"]["code"] == -32002  # a well-formed id that names no session
+    assert code == 0
+    assert b"Traceback" not in stderr

@@ -74,6 +74,7 @@ from cairn.errors import CairnError
 from cairn.messages import ContentPart, ImagePart, JSONObject, JSONValue, TextPart
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import StoreError, TranscriptLockedError
+from cairn.store.paths import is_session_id
 from cairn.surfaces.acp.channel import Channel
 from cairn.surfaces.acp.host import EditorFiles, EditorTerminal
 from cairn.surfaces.acp.options import MODE_NAMES, config_options, set_option
@@ -483,6 +484,9 @@ class CairnAgent:
         thread = self.threads.get(session_id)
         if thread is not None:
             return thread
+        if not is_session_id(session_id):  # a bad argument, not a failure of the agent
+            shown = session_id if len(session_id) <= 80 else session_id[:80] + "…"
+            raise RequestError(INVALID_PARAMS, f"{shown!r} is not a session id")
         runtime = self._runtime(cwd)
         try:
             agent = AgentSession.resume(runtime, session_id)
