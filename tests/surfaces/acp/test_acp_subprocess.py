@@ -180,6 +180,19 @@ class RawEditor:
         self.process.stdin.write(json.dumps(message).encode() + b"\n")
         await self.process.stdin.drain()
 
+    async def send_line(self, line: bytes) -> None:
+        """Any bytes as one line, JSON or not (what a hostile writer sends)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + b"\n")
+        await self.process.stdin.drain()
+
+    async def next_response(self) -> dict[str, Any]:
+        """Read until the next response, whatever its id (an error for a bad line has none)."""
+        while True:
+            message = await self.read()
+            if "method" not in message:
+                return message
+
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         await self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
