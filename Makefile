@@ -83,6 +83,7 @@ bench: $(STAMP) postgresql
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_terminal.py
+	$(BIN)/python benchmarks/bench_web.py
 	$(BIN)/python benchmarks/replay.py
 
 clean:
