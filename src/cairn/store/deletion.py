@@ -1,4 +1,4 @@
-"""Deleting a session for good: what ``StoreFactory.delete`` removes beside the records.
+"""Deleting a session for good: the folder of what belongs to it, beside its records.
 
 A session is its transcript plus what belongs to it (``cairn.store.transfer``
 moves the same set): its background tasks' transcripts and its artifact files,
@@ -14,50 +14,12 @@ closes its own session first).
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import os
 import shutil
 from pathlib import Path
 
-from cairn.durable import fsync_dir
-from cairn.store.base import StoreError, TranscriptLockedError
+from cairn.store.base import StoreError
 
-__all__ = ["delete_jsonl_session", "remove_artifacts"]
-
-
-def delete_jsonl_session(path: Path, folder: Path) -> bool:
-    """Remove the session file ``path`` and its folder; false when the file was not there."""
-    where = f"cannot delete {path}"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        remove_artifacts(folder)  # a folder left behind by an earlier, interrupted delete
-        return False
-    except OSError as exc:
-        raise StoreError(f"{where}: {exc.strerror or exc}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise TranscriptLockedError(
-                    f"{where}: it is open for writing in a Cairn process; close it there first"
-                ) from None
-            raise StoreError(f"{where}: cannot lock it ({exc.strerror or exc})") from None
-        # The folder before the file: an interrupted delete leaves a session without
-        # its artifacts (still listed, deleted again), never artifacts nobody lists.
-        remove_artifacts(folder)
-        try:
-            path.unlink()
-            fsync_dir(path.parent)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StoreError(f"{where}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)  # releases the lock
-    return True
+__all__ = ["remove_artifacts"]
 
 
 def remove_artifacts(folder: Path) -> None:

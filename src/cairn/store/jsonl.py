@@ -49,7 +49,7 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
-from cairn.store.deletion import delete_jsonl_session
+from cairn.store.deletion import remove_artifacts
 from cairn.store.following import FOLLOW_POLL_S, Waiting, check_follow
 from cairn.store.paths import (
     SUBAGENTS_DIR,
@@ -967,6 +967,33 @@ def _repair_tail(fd: int, path: Path, size: int, data: bytes, torn: bytes, where
     return []
 
 
+def _delete_session(path: Path, folder: Path) -> bool:
+    """Remove the session file ``path`` and its folder; false when the file was not there."""
+    where = f"cannot delete {path}"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        remove_artifacts(folder)  # a folder left behind by an earlier, interrupted delete
+        return False
+    except OSError as exc:
+        raise StoreError(f"{where}: {_reason(exc)}") from None
+    try:
+        _lock(fd, path, where)  # a writer holds it: refused, never pulled from under it
+        # The folder before the file: an interrupted delete leaves a session without
+        # its artifacts (still listed, deleted again), never artifacts nobody lists.
+        remove_artifacts(folder)
+        try:
+            path.unlink()
+            fsync_dir(path.parent)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"{where}: {_reason(exc)}") from None
+    finally:
+        os.close(fd)  # releases the lock
+    return True
+
+
 def _lock(fd: int, path: Path, where: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -1131,7 +1158,7 @@ class JsonlStoreFactory:
         return None
 
     def delete(self, workspace: Path, session_id: str) -> bool:
-        return delete_jsonl_session(
+        return _delete_session(
             self.path(workspace, session_id), self.artifacts_dir(workspace, session_id)
         )
 
