@@ -11,10 +11,23 @@ and where that figure comes from:
 - ``usage``: inferred from the recorded provider usage: for the first few
   responses, prompt tokens minus the exact size of the messages sent before
   them; the smallest such figure;
-- ``default``: the format records no usage: what it records plus the tokens
-  its recordings are known to leave out (``UNRECORDED_TOKENS``);
+- ``default``: the format records no usage, or its usage counts context the
+  file does not hold (below): what it records plus the tokens its recordings
+  are known to leave out (``UNRECORDED_TOKENS``);
 - ``recorded``: the recording carries its whole fixed context (SWE-agent,
   tau-bench, OpenAI chat …), or the usage shows nothing more.
+
+Usage that counts context the file does not hold cannot be inferred from. A
+Claude Code compaction sub-agent's transcript (``agent-acompact-*.jsonl``)
+holds the compaction instruction and the summary, but its one request also
+carried the whole conversation it summarized (~168k tokens): inferred from
+that usage, the "fixed context" alone fills every window. The importers mark
+such a response (``meta.extra[CONTEXT_NOT_RECORDED]``, the reason): a
+compaction sub-agent by its file name or ``agentId``, and any session of a
+format with a documented default by ``usage_exceeds_recording`` (its first
+response's prompt is over ``ELSEWHERE_RATIO`` times what the file carries).
+Such a session gets the format's documented default, and
+``ResolvedFixedContext.note`` says why.
 
 When the recording carries less than that figure, host *filler* makes up the
 difference: deterministic JSON function schemas with prose descriptions and
@@ -66,6 +79,23 @@ USAGE_SAMPLE = 5
 #: open: no schema is that small, and it is noise next to any window.
 MIN_FILLER_TOKENS = 32
 
+#: ``meta.extra`` key an importer sets on a response whose recorded usage
+#: counts context the file does not hold; the value is the reason, one line.
+#: The replay then uses the format's documented default, not that usage.
+CONTEXT_NOT_RECORDED = "context_not_recorded"
+
+#: A first response whose recorded prompt is over this many times what the
+#: file carries (the estimate of the messages before it plus the format's
+#: documented default fixed context) was sent with context the file does not
+#: hold. The first requests of the shipped Claude Code, Codex and OpenHands
+#: recordings come to 0.7-1.7 times that figure; a compaction sub-agent's
+#: carries the whole conversation it summarized (8.2x in the fixture, ~168k
+#: tokens in the real file the format guide describes). With four, a session
+#: whose real fixed context is up to four times the documented one (a long
+#: CLAUDE.md, many MCP tools) is never taken for such a file. Applied only to
+#: formats with a documented default (``UNRECORDED_TOKENS``).
+ELSEWHERE_RATIO = 4
+
 
 class FixedContextError(CairnError, ValueError):
     """A fixed-context size that cannot work for a session (the text names both figures)."""
@@ -81,6 +111,8 @@ class ResolvedFixedContext:
     #: The exact size of the system prompt and tools the recording itself carries.
     recorded_tokens: int
     source: FixedSource
+    #: Why the usual source was not taken, one line (``None``: nothing to say).
+    note: str | None = None
 
 
 def recorded_fixed(session: RecordedSession) -> FixedContext:
@@ -113,6 +145,48 @@ def usage_fixed_tokens(messages: Sequence[Message], count: MessageCount) -> int 
     return max(0, min(estimates)) if estimates else None
 
 
+def usage_exceeds_recording(first_prompt_tokens: int, carried_tokens: int) -> bool:
+    """Whether a first response's recorded prompt is far more than the file carries.
+
+    ``carried_tokens``: the estimate of the messages sent before that
+    response plus the format's documented default fixed context. Over
+    ``ELSEWHERE_RATIO`` times that, the request held context the file does
+    not (a compaction sub-agent's summarized conversation), and its usage
+    says nothing about the fixed context.
+    """
+    return first_prompt_tokens > ELSEWHERE_RATIO * max(carried_tokens, 1)
+
+
+def first_response_with_usage(messages: Sequence[Message]) -> int | None:
+    """The index of the first assistant message with recorded prompt tokens, if any."""
+    for index, message in enumerate(messages):
+        usage = message.meta.usage
+        if message.role == "assistant" and usage is not None and usage.prompt_tokens > 0:
+            return index
+    return None
+
+
+def context_not_recorded(messages: Sequence[Message]) -> str | None:
+    """Why the first response's usage counts context the file lacks (importer's mark), if so."""
+    index = first_response_with_usage(messages)
+    if index is None:
+        return None
+    reason = messages[index].meta.extra.get(CONTEXT_NOT_RECORDED)
+    return reason if isinstance(reason, str) and reason else None
+
+
+def default_fixed_words(recorded_tokens: int, unrecorded_tokens: int, tokens: int) -> str:
+    """``fixed context = the format's documented default, 20,000 tokens`` (how it adds up)."""
+    if not unrecorded_tokens:
+        return f"fixed context = what the file records, {tokens:,} tokens (no documented default)"
+    if recorded_tokens:
+        return (
+            f"fixed context = the format's documented default, {tokens:,} tokens "
+            f"({recorded_tokens:,} recorded + {unrecorded_tokens:,})"
+        )
+    return f"fixed context = the format's documented default, {tokens:,} tokens"
+
+
 def check_requested(name: str, requested: int, recorded_tokens: int) -> None:
     """``--fixed-tokens`` may not ask for less than the recording itself carries."""
     if requested < recorded_tokens:
@@ -132,27 +206,37 @@ def resolve_fixed_context(
     """The fixed context to replay ``session`` with (``requested``: ``--fixed-tokens``).
 
     ``None`` is ``auto``: usage, else the format's default, else what is
-    recorded. A requested size below what the recording carries is a
-    ``FixedContextError``.
+    recorded; the format's default also when an importer marked the usage as
+    counting context the file does not hold (``CONTEXT_NOT_RECORDED``), and
+    then ``note`` says so. A requested size below what the recording carries
+    is a ``FixedContextError``.
     """
     recorded = recorded_fixed(session)
     recorded_tokens = count_fixed(recorded)
+    unrecorded = UNRECORDED_TOKENS.get(session.format, 0)
     source: FixedSource
+    elsewhere: str | None = None
     if requested is not None:
         check_requested(session.name, requested, recorded_tokens)
         target, source = requested, "flag"
     else:
-        inferred = usage_fixed_tokens(session.messages, count)
+        elsewhere = context_not_recorded(session.messages)
+        inferred = None if elsewhere else usage_fixed_tokens(session.messages, count)
         if inferred is not None:
             target, source = inferred, "usage"
         else:
-            target, source = recorded_tokens + UNRECORDED_TOKENS.get(session.format, 0), "default"
+            target, source = recorded_tokens + unrecorded, "default"
         if target - recorded_tokens < MIN_FILLER_TOKENS:
             target, source = recorded_tokens, "recorded"
     if target - recorded_tokens < MIN_FILLER_TOKENS:
-        return ResolvedFixedContext(recorded, recorded_tokens, recorded_tokens, source)
-    context = with_filler(recorded, target, count_fixed)
-    return ResolvedFixedContext(context, count_fixed(context), recorded_tokens, source)
+        context, tokens = recorded, recorded_tokens
+    else:
+        context = with_filler(recorded, target, count_fixed)
+        tokens = count_fixed(context)
+    note = None
+    if elsewhere:
+        note = f"{elsewhere}; {default_fixed_words(recorded_tokens, unrecorded, tokens)}"
+    return ResolvedFixedContext(context, tokens, recorded_tokens, source, note)
 
 
 # ---------------------------------------------------------------------------

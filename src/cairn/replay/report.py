@@ -98,6 +98,7 @@ def render_summary(console: Console, summary: ReplaySummary) -> None:
     )
     console.print(table)
     render_failures(console, [summary])
+    render_notes(console, [summary])
     render_continuity_failures(console, [summary])
 
 
@@ -136,6 +137,7 @@ def render_comparison(
         table.add_row(label, *(_format(_lookup(d, key), key) for d in dicts))
     console.print(table)
     render_failures(console, summaries)
+    render_notes(console, summaries)
     render_continuity_failures(console, summaries)
 
 
@@ -149,6 +151,17 @@ def render_failures(console: Console, summaries: Sequence[ReplaySummary]) -> Non
                     f"{len(session.requests)} requests replayed): {session.failure}",
                     highlight=False,
                 )
+
+
+def render_notes(console: Console, summaries: Sequence[ReplaySummary]) -> None:
+    """What a session's replay says about itself (its fixed context's source …), once each."""
+    shown: set[tuple[str, str]] = set()
+    for summary in summaries:
+        for session in summary.sessions:
+            for warning in session.warnings:
+                if (session.name, warning) not in shown:
+                    shown.add((session.name, warning))
+                    console.print(f"[bold cyan]note[/] {session.name}: {warning}", highlight=False)
 
 
 def render_continuity_failures(console: Console, summaries: Sequence[ReplaySummary]) -> None:
@@ -300,6 +313,7 @@ def _session_json(session: SessionReport) -> JSONObject:
         "fixed_tokens": session.fixed_tokens,
         "fixed_source": session.fixed_source,
         "recorded_fixed_tokens": session.recorded_fixed_tokens,
+        "warnings": list(session.warnings),
         "transcript": session.transcript,
         "requests": len(session.requests),
         "overflows": session.overflows,

@@ -30,7 +30,15 @@ What every importer guarantees:
   selections and reminders, Codex's environment and AGENTS.md text, …), is a
   user message of its own marked ``meta.synthetic``, in place;
 - ``RecordedSession.format`` names the format (the replay looks up what that
-  format's recordings leave out of the fixed context).
+  format's recordings leave out of the fixed context);
+- a session whose first recorded usage counts context the file does not hold
+  has that response marked ``meta.extra["context_not_recorded"]`` (the
+  reason) and one warning saying so: a Claude Code compaction sub-agent's
+  transcript (``agent-acompact-*.jsonl``), and in any format that documents a
+  default fixed context (Claude Code, Codex) a first prompt over 4x the
+  estimate of the messages before it plus that default
+  (``fixed_context.usage_exceeds_recording``). The replay gives it the
+  documented default, not a fixed context inferred from that usage.
 
 Errors are ``SessionImportError`` with one line: a missing path or a
 directory names the path; a file no format matches names the path; a file
@@ -94,8 +102,14 @@ from cairn.replay.importers import (
     swe_agent,
     tau_bench,
 )
-from cairn.replay.importers._common import PLACEHOLDER_RESULT, Loaded, Source, load_json
-from cairn.replay.session import ImportResult, SessionImportError
+from cairn.replay.importers._common import (
+    PLACEHOLDER_RESULT,
+    Loaded,
+    Source,
+    check_context_not_recorded,
+    load_json,
+)
+from cairn.replay.session import ImportResult, RecordedSession, SessionImportError
 
 Importer = Callable[[Source, int | None], Loaded]
 
@@ -143,9 +157,18 @@ def import_sessions(
     source = Source.read(path)
     chosen = _detect(source) if format == "auto" else format
     loaded = IMPORTERS[chosen](source, session)
-    sessions = tuple(replace(s, format=chosen) for s in loaded.sessions)
+    sessions: list[RecordedSession] = []
+    notes: list[str] = []
+    for recorded in loaded.sessions:
+        checked, note = check_context_not_recorded(replace(recorded, format=chosen))
+        sessions.append(checked)
+        if note is not None:
+            notes.append(note)
     return ImportResult(
-        source=source.path, format=chosen, sessions=sessions, warnings=loaded.warnings
+        source=source.path,
+        format=chosen,
+        sessions=tuple(sessions),
+        warnings=(*loaded.warnings, *notes),
     )
 
 

@@ -46,7 +46,17 @@ from cairn.messages import (
     json_kind,
     scrub,
 )
+from cairn.replay.fixed_context import (
+    CONTEXT_NOT_RECORDED,
+    ELSEWHERE_RATIO,
+    UNRECORDED_TOKENS,
+    context_not_recorded,
+    first_response_with_usage,
+    recorded_fixed,
+    usage_exceeds_recording,
+)
 from cairn.replay.session import RecordedSession, SessionImportError
+from cairn.tokens import estimate_messages_tokens
 
 #: The text of the result added for a tool call that has none in the recording.
 PLACEHOLDER_RESULT = "[no result was recorded for this call]"
@@ -787,3 +797,76 @@ def nonzero_exit(text: str) -> bool:
     """``Process exited with code N`` with N ≠ 0 in the header of a Codex exec output."""
     match = _EXIT_CODE.search(text[:400])
     return match is not None and int(match.group(1)) != 0
+
+
+# ---------------------------------------------------------------------------
+# Usage that counts context the file does not hold
+
+
+def carried_tokens(session: RecordedSession, before: int) -> int:
+    """What the file can account for in request ``before``'s prompt (an estimate).
+
+    The estimate of the messages before it plus the format's documented
+    default fixed context: what the file records of it and the tokens its
+    recordings leave out (``UNRECORDED_TOKENS``).
+    """
+    fixed = recorded_fixed(session).tokens + UNRECORDED_TOKENS.get(session.format, 0)
+    return estimate_messages_tokens(session.messages[:before]) + fixed
+
+
+def usage_beyond_file(session: RecordedSession) -> str | None:
+    """Why the first response's usage counts context the file lacks, by the size rule.
+
+    ``None`` unless the format documents a default fixed context (it leaves
+    some out: ``UNRECORDED_TOKENS``) and the first recorded prompt is over
+    ``ELSEWHERE_RATIO`` times ``carried_tokens`` (``usage_exceeds_recording``);
+    whatever the file is called. A format without a documented default has
+    nothing better to fall back on: where it does not record its tool schemas
+    (an OpenAI chat log, say), the usage is the only measure of them.
+    """
+    if not UNRECORDED_TOKENS.get(session.format, 0):
+        return None
+    index = first_response_with_usage(session.messages)
+    usage = session.messages[index].meta.usage if index is not None else None
+    if index is None or usage is None:
+        return None
+    carried = carried_tokens(session, index)
+    if not usage_exceeds_recording(usage.prompt_tokens, carried):
+        return None
+    return (
+        f"the first request's recorded usage ({usage.prompt_tokens:,} prompt tokens) is over "
+        f"{ELSEWHERE_RATIO}x what the file carries (~{carried:,} tokens with the format's "
+        "documented default fixed context): the rest of that context (a summarized "
+        "conversation?) is not in the file"
+    )
+
+
+def mark_context_not_recorded(session: RecordedSession, reason: str) -> RecordedSession:
+    """``session`` with its first response marked ``CONTEXT_NOT_RECORDED`` (``reason``).
+
+    The replay then gives the session the format's documented default fixed
+    context instead of one inferred from that response's usage, and says why.
+    A session without recorded usage is returned as it is.
+    """
+    index = first_response_with_usage(session.messages)
+    if index is None:
+        return session
+    message = session.messages[index]
+    extra = {**message.meta.extra, CONTEXT_NOT_RECORDED: reason}
+    marked = replace(message, meta=replace(message.meta, extra=extra))
+    messages = (*session.messages[:index], marked, *session.messages[index + 1 :])
+    return replace(session, messages=messages)
+
+
+def check_context_not_recorded(session: RecordedSession) -> tuple[RecordedSession, str | None]:
+    """Mark ``session`` by the size rule unless its importer did; the warning, if marked."""
+    reason = context_not_recorded(session.messages)
+    if reason is None:
+        reason = usage_beyond_file(session)
+        if reason is None:
+            return session, None
+        session = mark_context_not_recorded(session, reason)
+    return session, (
+        f"session {short(session.name)}: {reason}; the replay gives it the format's "
+        "documented default fixed context, not one inferred from that usage"
+    )

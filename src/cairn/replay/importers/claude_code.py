@@ -33,11 +33,19 @@ taken in file order (branches left by a rewind are not untangled).
 
 Claude Code does not write the system prompt or the tool schemas into the
 transcript, so ``system`` and ``tools`` are empty.
+
+A **compaction sub-agent's** transcript (``agent-acompact-<id>.jsonl``, its
+records' ``agentId`` ``acompact-…``) holds the compaction instruction and the
+summary, but its request carried the whole conversation it summarized (the
+usage shows ~168k tokens): its response is marked
+``meta.extra["context_not_recorded"]``, so the replay gives it the format's
+documented default fixed context instead of one inferred from that usage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from typing import cast
 
 from cairn.messages import ContentPart, Message, MessageMeta, TextPart, ToolCall, Usage
@@ -57,6 +65,7 @@ from cairn.replay.importers._common import (
     injected_runs,
     kind_of,
     make_content,
+    mark_context_not_recorded,
     opt_str,
     pick_sessions,
     short,
@@ -84,6 +93,22 @@ INJECTED = Injected(
 )
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
+#: The file of the sub-agent Claude Code runs to compact a session, and its ``agentId``.
+COMPACTION_AGENT_FILE = "agent-acompact-*.jsonl"
+COMPACTION_AGENT_ID = "acompact-"
+
+
+def compaction_agent(file_name: str, agent_ids: set[str]) -> str | None:
+    """Why the file is a compaction sub-agent's transcript (by name or ``agentId``), if it is."""
+    agent = next((a for a in sorted(agent_ids) if a.startswith(COMPACTION_AGENT_ID)), None)
+    if agent is None and not fnmatchcase(file_name, COMPACTION_AGENT_FILE):
+        return None
+    named = f"agentId {short(agent)}" if agent is not None else short(file_name)
+    return (
+        f"compaction sub-agent transcript ({named}): the conversation it summarized "
+        "is not in the file"
+    )
+
 
 def load(source: Source, session: int | None) -> Loaded:
     pick_sessions(FORMAT, 1, session)
@@ -99,6 +124,7 @@ def load(source: Source, session: int | None) -> Loaded:
         for _, r in records
     )
     drafts: dict[str, Draft] = {}
+    agent_ids: set[str] = set()
     conversation = 0
     for number, raw in records:
         where = f"line {number}"
@@ -112,6 +138,9 @@ def load(source: Source, session: int | None) -> Loaded:
         session_id = opt_str(record, "sessionId")
         if conversation == 0 and session_id:
             builder.name = session_id
+        agent_id = opt_str(record, "agentId")
+        if agent_id and record.get("isSidechain") is True:
+            agent_ids.add(agent_id)
         if (
             (record.get("isSidechain") is True and not sidechain_file)
             or record.get("isCompactSummary") is True
@@ -137,7 +166,11 @@ def load(source: Source, session: int | None) -> Loaded:
             f"{FORMAT}: no user or assistant record with a 'message' "
             f"(line {records[0][0]} has {seen})"
         )
-    return Loaded((builder.build(),), (*warnings, *builder.warnings))
+    built = builder.build()
+    compacting = compaction_agent(source.path.name, agent_ids if sidechain_file else set())
+    if compacting is not None:
+        built = mark_context_not_recorded(built, compacting)
+    return Loaded((built,), (*warnings, *builder.warnings))
 
 
 def _assistant(
