@@ -114,15 +114,24 @@ async def replay_session(
     transcript_path: Path,
     tokens: MessageTokens | None = None,
     on_request: Callable[[RequestMetrics], None] | None = None,
+    fixed_from: RecordedSession | None = None,
 ) -> SessionReport:
-    """Replay one session, writing Cairn's transcript of it to ``transcript_path``."""
+    """Replay one session, writing Cairn's transcript of it to ``transcript_path``.
+
+    ``fixed_from``: the recording ``session`` was derived from (the dense
+    variant, ``cairn.replay.dense``), whose fixed context it keeps: its
+    recorded usage describes that recording's messages, so the fixed context
+    is inferred from them, not from the derived ones.
+    """
     config = options.config or CompactionConfig()
     model = ModelConfig(
         model="replay", context_window=options.window, max_output_tokens=options.max_output_tokens
     )
     budget = input_budget(options.window, model.max_output_tokens)
     count = tokens or MessageTokens(options.tokenizer)
-    resolved = resolve_fixed_context(session, options.fixed_tokens, count, count.fixed)
+    resolved = resolve_fixed_context(
+        fixed_from or session, options.fixed_tokens, count, count.fixed
+    )
     report = SessionReport(
         session.name,
         options.policy,
@@ -267,6 +276,10 @@ class _Replay:
         if self.policy == "cairn":
             unchecked = self._request_tokens(self.pipeline.messages)
             check = await self.pipeline.check_and_compact(self.fixed)
+            # The projection the request goes out with: the one the check's snip,
+            # compaction and over-budget refusal were decided on (re-projected
+            # after a compaction). Its error against ``true_tokens`` is the
+            # report's projection error and worst under-estimate.
             projected = check.after
         else:
             projected = self.pipeline.project(self.fixed)
@@ -356,18 +369,23 @@ async def replay_sessions(
     options: ReplayOptions,
     transcripts: Path,
     on_request: Callable[[RequestMetrics], None] | None = None,
+    fixed_from: Sequence[RecordedSession] | None = None,
 ) -> list[SessionReport]:
     """Replay sessions one after another; transcripts go to ``transcripts/``.
 
     One session is written to ``transcript.jsonl``; several to
-    ``transcript-<n>.jsonl`` in session order.
+    ``transcript-<n>.jsonl`` in session order. ``fixed_from``: the recordings
+    the sessions were derived from, in the same order (see ``replay_session``).
     """
+    if fixed_from is not None and len(fixed_from) != len(sessions):
+        raise ValueError("fixed_from needs one recording per replayed session")
     tokens = MessageTokens(options.tokenizer)
     reports = []
     for n, session in enumerate(sessions):
         name = "transcript.jsonl" if len(sessions) == 1 else f"transcript-{n}.jsonl"
+        origin = fixed_from[n] if fixed_from is not None else None
         reports.append(
-            await replay_session(session, options, transcripts / name, tokens, on_request)
+            await replay_session(session, options, transcripts / name, tokens, on_request, origin)
         )
     return reports
 

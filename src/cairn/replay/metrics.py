@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from cairn.messages import JSONObject
+from cairn.messages import JSONObject, JSONValue
 from cairn.replay.continuity import Continuity, total
 from cairn.replay.fixed_context import FixedSource
 
@@ -47,6 +47,13 @@ class RequestMetrics:
             return None
         return 100.0 * (self.projected_tokens - self.true_tokens) / self.true_tokens
 
+    @property
+    def true_over_projected(self) -> float | None:
+        """Exact size ÷ projection: above 1, the projection under-counted by that factor."""
+        if not self.projected_tokens:
+            return None
+        return self.true_tokens / self.projected_tokens
+
 
 @dataclass(frozen=True, slots=True)
 class ProjectionError:
@@ -71,6 +78,55 @@ class ProjectionError:
             "mean_abs_pct": round(self.mean_abs_pct, 2),
             "max_under_pct": round(self.max_under_pct, 2),
             "max_over_pct": round(self.max_over_pct, 2),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UnderEstimate:
+    """The request whose exact size most exceeded the pipeline's projection of it.
+
+    The projection is ``RequestMetrics.projected_tokens`` — the one
+    ``ProjectionError`` is measured on: under ``cairn`` the snapshot the
+    request goes out with (``CheckResult.after``: what the check's snip,
+    compaction and over-budget refusal were decided on, re-projected after a
+    compaction); under the other policies ``ContextPipeline.project`` just
+    before sending. ``ratio`` is exact ÷ projected, the worst over the
+    requests; at most 1 means no request was under-counted.
+    """
+
+    ratio: float
+    session: str
+    #: 1-based, as the reports number requests.
+    request: int
+    true_tokens: int
+    projected_tokens: int
+
+    @classmethod
+    def worst(cls, sessions: Iterable[SessionReport], prefix: str = "") -> UnderEstimate | None:
+        """The worst over ``sessions`` (``None``: no request had a projection)."""
+        found: UnderEstimate | None = None
+        for session in sessions:
+            for r in session.requests:
+                ratio = r.true_over_projected
+                if ratio is None or (found is not None and ratio <= found.ratio):
+                    continue
+                assert r.projected_tokens is not None
+                found = cls(
+                    ratio,
+                    f"{prefix}{session.name}",
+                    r.index + 1,
+                    r.true_tokens,
+                    r.projected_tokens,
+                )
+        return found
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "ratio": round(self.ratio, 4),
+            "session": self.session,
+            "request": self.request,
+            "true_tokens": self.true_tokens,
+            "projected_tokens": self.projected_tokens,
         }
 
 
@@ -146,6 +202,10 @@ class SessionReport:
             for r in self.requests
             if r.continuity is not None
         )
+
+    @property
+    def worst_under_estimate(self) -> UnderEstimate | None:
+        return UnderEstimate.worst((self,))
 
     @property
     def wasted_headroom(self) -> tuple[float, ...]:
@@ -226,6 +286,7 @@ class ReplaySummary:
             "cache_eligible_tokens": cached,
             "cache_eligible_share": round(cached / billed, 4) if billed else 0.0,
             "projection_error": ProjectionError.of(requests).to_dict(),
+            "worst_under_estimate": _optional(UnderEstimate.worst(sessions)),
             "pipeline_seconds": round(sum(s.pipeline_seconds for s in sessions), 6),
         }
 
@@ -249,3 +310,7 @@ def _headroom(wasted: Sequence[float]) -> JSONObject:
         "mean": round(sum(wasted) / len(wasted), 4) if wasted else 0.0,
         "max": round(max(wasted), 4) if wasted else 0.0,
     }
+
+
+def _optional(value: UnderEstimate | None) -> JSONValue:
+    return None if value is None else value.to_dict()
