@@ -19,6 +19,18 @@ bring under the budget) is counted and named with its reason, never shown as
 instruction, exact records, todo list, files written, call/result pairing);
 the share of checks passed is reported per file and in the totals, "–" where
 nothing was compacted.
+
+The dense variant (``cairn.replay.dense``) replays the same sessions with every
+tool result's text replaced by dense content of the same length (hex hashes,
+base64, JSON with numbers, CJK mixed with code) under ``cairn`` at every
+window, and reports per window the requests over the budget (must be 0; a
+failed session is counted and named beside it), the worst under-estimate
+(exact size ÷ the projection the request went out with) and the compactions.
+
+For iteration, ``--only recorded|dense``, ``--windows 8192,16384`` and
+``--match TEXT`` (session files whose path holds TEXT) run a part: a partial
+run prints its tables and writes JSON only to an ``--output`` given
+explicitly, never the Markdown.
 """
 
 from __future__ import annotations
@@ -32,19 +44,22 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
-from _markdown import update_section
+from _markdown import DOC, update_section
 from cairn.messages import JSONObject, JSONValue
 from cairn.replay.continuity import Continuity, format_pct
+from cairn.replay.dense import DenseColumn, densify_sessions, tool_result_chars
 from cairn.replay.engine import ReplayOptions, replay_sessions
 from cairn.replay.importers import import_sessions
 from cairn.replay.metrics import POLICIES, ReplaySummary, SessionReport
+from cairn.replay.session import ImportResult
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -77,26 +92,43 @@ def corpus_files() -> tuple[str, list[Path]]:
     return "fixtures", session_files(FIXTURES)
 
 
+Imported = list[tuple[str, ImportResult]]
+T = TypeVar("T")
+
+
 def run(files: list[Path], windows: tuple[int, ...], tokenizer: str) -> list[JSONObject]:
-    rows: list[JSONObject] = []
+    """The recorded sessions under every window and policy: one row per file, window, policy."""
+    return _in_tmp(lambda tmp: _replay_files(_import(files), windows, tokenizer, tmp))
+
+
+def run_dense(
+    files: list[Path], windows: tuple[int, ...], tokenizer: str
+) -> tuple[list[JSONObject], list[DenseColumn]]:
+    """The densified sessions under ``cairn``: a row per file and window, a column per window."""
+    return _in_tmp(lambda tmp: _replay_dense(_import(files), windows, tokenizer, tmp))
+
+
+def _import(files: list[Path]) -> Imported:
+    return [(str(path.relative_to(path.parents[1])), import_sessions(path)) for path in files]
+
+
+def _in_tmp(replay: Callable[[Path], T]) -> T:
     # A fixed directory, not a random one: the replayed workspace's path is in
     # the restoration message after every compaction, so a random name of a
     # different token count would change the figures from one run to the next.
     tmp = Path(tempfile.gettempdir()) / "cairn-bench-replay"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _replay_files(files, windows, tokenizer, tmp, rows)
+        return replay(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return rows
 
 
 def _replay_files(
-    files: list[Path], windows: tuple[int, ...], tokenizer: str, tmp: Path, rows: list[JSONObject]
-) -> None:
-    for path in files:
-        imported = import_sessions(path)
-        source = str(path.relative_to(path.parents[1]))
+    files: Imported, windows: tuple[int, ...], tokenizer: str, tmp: Path
+) -> list[JSONObject]:
+    rows: list[JSONObject] = []
+    for source, imported in files:
         for window in windows:
             for policy in POLICIES:
                 options = ReplayOptions(window, policy, tokenizer)
@@ -115,6 +147,34 @@ def _replay_files(
                 summary["session_billed"] = _session_billed(reports)
                 summary["session_missed"] = _session_missed(reports)
                 rows.append(summary)
+    return rows
+
+
+def _replay_dense(
+    files: Imported, windows: tuple[int, ...], tokenizer: str, tmp: Path
+) -> tuple[list[JSONObject], list[DenseColumn]]:
+    rows: list[JSONObject] = []
+    runs: dict[int, list[tuple[str, Sequence[SessionReport]]]] = {w: [] for w in windows}
+    for source, imported in files:
+        sessions = densify_sessions(imported.sessions)
+        results, chars = tool_result_chars(sessions)
+        for window in windows:
+            options = ReplayOptions(window, "cairn", tokenizer)
+            started = time.perf_counter()
+            # The fixed context each recording really had: inferred from the
+            # recorded usage against the recorded messages, not the dense ones.
+            replayed = replay_sessions(sessions, options, tmp / "t", fixed_from=imported.sessions)
+            reports = asyncio.run(replayed)
+            wall = time.perf_counter() - started
+            summary = ReplaySummary(
+                source, imported.format, window, tokenizer, "cairn", tuple(reports)
+            ).to_dict()
+            summary["dense_tool_results"] = results
+            summary["dense_chars"] = chars
+            summary["wall_seconds"] = round(wall, 3)
+            rows.append(summary)
+            runs[window].append((source, reports))
+    return rows, [DenseColumn.of(window, runs[window]) for window in windows]
 
 
 def _session_billed(reports: Sequence[SessionReport]) -> list[JSONValue]:
@@ -260,7 +320,83 @@ def _fixed(row: JSONObject) -> str:
     return f"{size} {', '.join(_dict(fixed['sources']))}"
 
 
-def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject) -> str:
+def _ratio(value: JSONValue) -> str:
+    """A worst under-estimate: ``1.9204× (source: session, request 7)``; ``–`` without one."""
+    if value is None:
+        return "–"
+    worst = _dict(value)
+    return f"{float(str(worst['ratio'])):.4f}× ({worst['session']}, request {worst['request']})"
+
+
+def _over_budget(row: JSONObject) -> str:
+    """Requests over the budget; never a bare 0 when a session failed."""
+    failed = _int(row["failed_sessions"])
+    return f"{row['overflows']} + {failed} failed" if failed else str(row["overflows"])
+
+
+def dense_markdown(dense: JSONObject) -> list[str]:
+    lines = [
+        "",
+        "## Dense tool results (cairn)",
+        "",
+        "The same sessions with every tool result's text replaced by dense content of the",
+        "same length in characters (`cairn.replay.dense`: `sha256sum` lines, base64 blocks,",
+        "JSON records with hex ids, base64 digests and numbers — bare or after an HTTP",
+        "status line — and Python with Chinese identifiers and comments, in turn; seeded from",
+        "each message's session, index and id, so every run replays the same content);",
+        "user and assistant text, tool calls, ids and pairing as recorded. Replayed under",
+        "`cairn` at every window. *over budget*: requests whose exact size exceeds the input",
+        "budget (must be 0), with the sessions that failed beside it, never a bare 0;",
+        "*worst under-estimate*: the largest exact size ÷ the projection the request went out",
+        "with (the snapshot `check_and_compact` decided on, re-projected after a compaction;",
+        "at most 1: no request under-counted), with where it happened.",
+        f"The dense part took {dense['elapsed_s']} s.",
+        "",
+        "| window | sessions | failed | requests | over budget | worst under-estimate "
+        "| compactions |",
+        "|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for t in _list(dense["totals"]):
+        c = _dict(t)
+        lines.append(
+            f"| {_int(c['window']) // 1024}k | {c['sessions']} | {c['failed_sessions']} "
+            f"| {_int(c['requests']):,} | {c['over_budget']} "
+            f"| {_ratio(c['worst_under_estimate'])} | {c['compactions']} |"
+        )
+    failed = [
+        (_dict(t), _dict(f)) for t in _list(dense["totals"]) for f in _list(_dict(t)["failures"])
+    ]
+    lines += ["", "Failed sessions (dense):", ""]
+    if failed:
+        lines += [
+            f"- {_int(t['window']) // 1024}k, {f['session']}: {f['reason']}" for t, f in failed
+        ]
+    else:
+        lines.append("None: every densified session was replayed to its end at every window.")
+    lines += [
+        "",
+        "| session file | window | tool results | failed | requests | over budget "
+        "| worst under-estimate | compactions | proj. err |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in _list(dense["rows"]):
+        row = _dict(r)
+        worst = row["worst_under_estimate"]
+        ratio = "–" if worst is None else f"{float(str(_dict(worst)['ratio'])):.4f}×"
+        lines.append(
+            f"| {row['source']} | {_int(row['window']) // 1024}k | {row['dense_tool_results']} "
+            f"| {row['failed_sessions']} | {row['requests']} | {_over_budget(row)} | {ratio} "
+            f"| {row['compactions']} | {_dict(row['projection_error'])['mean_abs_pct']}% |"
+        )
+    return lines
+
+
+def markdown(
+    rows: list[JSONObject],
+    summary: list[JSONObject],
+    meta: JSONObject,
+    dense: JSONObject | None = None,
+) -> str:
     lines = [
         "# Replay benchmark",
         "",
@@ -367,6 +503,8 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
         lines += [f"  - {f}" for f in shown]
     if not lost:
         lines.append("None: every compaction kept everything checked.")
+    if dense is not None:
+        lines += dense_markdown(dense)
     lines += [
         "",
         "## Per session file",
@@ -395,13 +533,47 @@ def markdown(rows: list[JSONObject], summary: list[JSONObject], meta: JSONObject
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--tokenizer", default="cl100k")
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks/results/replay.json")
-    parser.add_argument("--markdown", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument(
+        "--output", type=Path, help="default: benchmarks/results/replay.json on a full run"
+    )
+    parser.add_argument(
+        "--markdown", type=Path, help="default: docs/benchmarks.md; a full run only"
+    )
+    parser.add_argument(
+        "--only",
+        choices=("recorded", "dense"),
+        help="run one part: the recorded sessions under every policy, or the dense variant",
+    )
+    parser.add_argument(
+        "--windows",
+        type=lambda text: tuple(int(w) for w in text.split(",")),
+        default=WINDOWS,
+        help="comma-separated windows (default: %(default)s)",
+    )
+    parser.add_argument("--match", help="only the session files whose path holds this text")
     args = parser.parse_args()
+    windows: tuple[int, ...] = args.windows
     corpus, files = corpus_files()
+    if args.match:
+        files = [f for f in files if args.match in str(f)]
+    partial = args.only is not None or windows != WINDOWS or bool(args.match)
+    output: Path | None = args.output
+    if output is None and not partial:
+        output = REPO / "benchmarks/results/replay.json"
     started = time.perf_counter()
-    rows = run(files, WINDOWS, args.tokenizer)
-    summary = [totals(rows, window, policy) for window in WINDOWS for policy in POLICIES]
+    rows = run(files, windows, args.tokenizer) if args.only != "dense" else []
+    summary = [totals(rows, window, policy) for window in windows for policy in POLICIES]
+    recorded_s = round(time.perf_counter() - started, 1)
+    dense: JSONObject | None = None
+    columns: list[DenseColumn] = []
+    if args.only != "recorded":
+        dense_started = time.perf_counter()
+        dense_rows, columns = run_dense(files, windows, args.tokenizer)
+        dense = {
+            "elapsed_s": round(time.perf_counter() - dense_started, 1),
+            "totals": [c.to_dict() for c in columns],
+            "rows": dense_rows,
+        }
     meta: JSONObject = {
         "benchmark": "replay",
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -409,16 +581,68 @@ def main() -> int:
         "tokenizer": args.tokenizer,
         "corpus": corpus,
         "files": [str(f.relative_to(f.parents[1])) for f in files],
-        "windows": list(WINDOWS),
+        "windows": list(windows),
+        "recorded_elapsed_s": recorded_s,
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
     failed = failures(rows)
     report: dict[str, object] = {**meta, "totals": summary, "failures": failed, "rows": rows}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    update_section("replay", markdown(rows, summary, meta), args.markdown)
+    if dense is not None:
+        report["dense"] = dense
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    if not partial:
+        update_section("replay", markdown(rows, summary, meta, dense), args.markdown or DOC)
+    if rows:
+        _print_recorded(corpus, meta, summary, rows, failed)
+    if dense is not None:
+        _print_dense(columns, float(str(dense["elapsed_s"])))
+    return 0
 
-    table = Table(title=f"replay benchmark totals ({corpus}, {meta['elapsed_s']} s)")
+
+def _print_dense(columns: Sequence[DenseColumn], elapsed: float) -> None:
+    table = Table(title=f"replay benchmark, dense tool results under cairn ({elapsed} s)")
+    for column in ("window", "sessions", "failed", "req", "over budget", "worst under", "comp."):
+        table.add_column(column, justify="right")
+    for c in columns:
+        worst = c.worst_under_estimate
+        table.add_row(
+            f"{c.window // 1024}k",
+            str(c.sessions),
+            str(c.failed_sessions),
+            f"{c.requests:,}",
+            c.over_budget_cell,
+            "–" if worst is None else f"{worst.ratio:.4f}×",
+            str(c.compactions),
+        )
+    Console(width=120).print(table)
+    for c in columns:
+        worst = c.worst_under_estimate
+        if worst is not None:
+            print(
+                f"dense {c.window // 1024}k worst under-estimate {worst.ratio:.4f}×: "
+                f"{worst.session}, request {worst.request} "
+                f"(exact {worst.true_tokens:,}, projected {worst.projected_tokens:,})",
+                file=sys.stderr,
+            )
+        for session, reason in c.failures:
+            print(f"FAILED dense {c.window // 1024}k {session}: {reason}", file=sys.stderr)
+    print(
+        f"cairn dense overflows: {sum(c.overflows for c in columns)} (must be 0); "
+        f"cairn dense failed sessions: {sum(c.failed_sessions for c in columns)} (must be 0)",
+        file=sys.stderr,
+    )
+
+
+def _print_recorded(
+    corpus: str,
+    meta: JSONObject,
+    summary: list[JSONObject],
+    rows: list[JSONObject],
+    failed: list[JSONObject],
+) -> None:
+    table = Table(title=f"replay benchmark totals ({corpus}, {meta['recorded_elapsed_s']} s)")
     columns = (
         "window", "policy", "failed", "req", "overflows", "comp/100", "wasted", "billed",
         "vs post-resp.", "cached", "missed vs", "continuity",
@@ -458,7 +682,6 @@ def main() -> int:
         f"over {kept.compactions} compactions (must be 100 %)",
         file=sys.stderr,
     )
-    return 0
 
 
 if __name__ == "__main__":
