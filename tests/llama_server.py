@@ -41,6 +41,21 @@ MODEL_ENV = "CAIRN_TEST_MODEL"
 N_CTX = 8_192
 #: The first start loads the model (about a second); a cold machine needs more.
 START_TIMEOUT_S = 120.0
+#: The slowest ``cairn -p`` turn measured on a busy 2-core machine: 109 s (six CPU
+#: hogs; a compaction's fork and the turn after it, the server on two threads),
+#: 49 s on one thread beside twelve hogs; 8-34 s on an idle machine.
+SLOWEST_TURN_S = 110.0
+#: The longest wait for a first byte there: 31 s evaluating a 2,600-token prompt
+#: (two threads, six hogs); 46 s for one thread that shares its CPU fairly with six
+#: hogs (17 ms a token).
+SLOWEST_FIRST_BYTE_S = 60.0
+#: Cairn's first-byte deadline against the real model: an order of magnitude above
+#: ``SLOWEST_FIRST_BYTE_S`` (its default, 120 s, is twice it).
+FIRST_BYTE_TIMEOUT_S = 10 * SLOWEST_FIRST_BYTE_S
+#: The guard around a turn and the proxy's wait for its upstream: an order of
+#: magnitude above ``SLOWEST_TURN_S``, so that only a hang reaches them (and Cairn's
+#: own deadlines, below them, report it first).
+DEADLINE_S = 10 * SLOWEST_TURN_S
 
 
 def free_port() -> int:
@@ -79,8 +94,15 @@ class LlamaServer:
             str(self.port),
             "--n_ctx",
             str(self.n_ctx),
+            # One thread for both phases: llama.cpp's threads meet at a barrier after
+            # every operation, and on a busy machine the one descheduled stalls the
+            # other. With two threads on two busy cores a token took 0.2-3.6 s (six
+            # to twelve CPU hogs) against 0.04-0.07 s with one; idle, one thread is
+            # 10% slower at tokens, twice as slow at prompts (4.4 ms a token).
             "--n_threads",
-            str(max(1, min(2, os.cpu_count() or 1))),
+            "1",
+            "--n_threads_batch",
+            "1",
             "--seed",
             "7",
         ]
@@ -164,7 +186,9 @@ class RecordingProxy:
                 exchange = Exchange(self.path, body)
                 with proxy._lock:
                     proxy.exchanges.append(exchange)
-                upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=600)
+                upstream = http.client.HTTPConnection(
+                    "127.0.0.1", proxy.upstream_port, timeout=DEADLINE_S
+                )
                 headers = {"Content-Type": "application/json"} if raw else {}
                 upstream.request(self.command, self.path, body=raw or None, headers=headers)
                 response = upstream.getresponse()

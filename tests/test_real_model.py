@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from cairn.context.llm_summarizer import extract_summary
 from cairn.store import CompactionRecord, read_transcript
 from cli_run import cairn_p
 from llama_server import (  # noqa: F401  (the fixtures register themselves by import)
+    DEADLINE_S,
+    FIRST_BYTE_TIMEOUT_S,
     N_CTX,
     Exchange,
     LlamaServer,
@@ -41,13 +44,25 @@ PARAGRAPH = (
 
 
 def env_for(proxy: RecordingProxy, home: Path, **extra: str) -> dict[str, str]:
+    """Cairn's environment, its first-byte deadline ``FIRST_BYTE_TIMEOUT_S`` (the
+    default, 120 s, is twice the slowest prompt on a busy machine): no deadline of
+    the product races how fast this machine evaluates a prompt. (The idle and
+    request defaults, 60 s and 1,800 s, are far above a token gap, 0.07 s, and a
+    turn, 110 s, there.)"""
     return {
         "CAIRN_HOME": str(home),
         "CAIRN_MODEL": "smollm2",
         "OPENAI_BASE_URL": proxy.base_url,
         "OPENAI_API_KEY": "local",
+        "CAIRN_FIRST_BYTE_TIMEOUT": str(FIRST_BYTE_TIMEOUT_S),
         **extra,
     }
+
+
+def cairn(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``cairn ARGS`` against the real model: a turn waited for, guarded by ``DEADLINE_S``
+    (ten times the slowest turn on a busy machine), not ``cairn_p``'s 120 s."""
+    return cairn_p(*args, cwd=cwd, env=env, timeout=DEADLINE_S)
 
 
 def events_of(stdout: str) -> list[dict[str, Any]]:
@@ -84,8 +99,8 @@ def test_the_first_one_line_request_at_8k_goes_out_without_a_compaction(
     workspace, home = tmp_path / "ws", tmp_path / "home"
     workspace.mkdir()
     env = env_for(proxy, home, CAIRN_CONTEXT_WINDOW=str(N_CTX))
-    done = cairn_p("-p", "Say hello in one short sentence.", "--output-format", "json",
-                   cwd=workspace, env=env)  # fmt: skip
+    done = cairn("-p", "Say hello in one short sentence.", "--output-format", "json",
+                 cwd=workspace, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     session_id = json.loads(done.stdout)["session_id"]
     records = read_transcript(transcript_of(home, session_id)).records
@@ -112,7 +127,7 @@ def test_a_session_past_the_line_compacts_with_the_real_model_and_streams_the_ta
         args = ["-p", prompt, "--output-format", "stream-json"]
         if session_id:
             args += ["--resume", session_id]
-        done = cairn_p(*args, cwd=workspace, env=env)
+        done = cairn(*args, cwd=workspace, env=env)
         assert done.returncode == 0, done.stderr
         turn = events_of(done.stdout)
         events += turn
@@ -160,7 +175,7 @@ def test_the_servers_own_context_error_is_recovered_by_one_reactive_compaction(
     workspace.mkdir()
     env = env_for(proxy, home, CAIRN_CONTEXT_WINDOW="16384", CAIRN_MAX_OUTPUT_TOKENS="128")
     paste = f"Here is the full build report:\n{PARAGRAPH * 190}\nWhat failed? One sentence."
-    done = cairn_p("-p", paste, "--output-format", "json", cwd=workspace, env=env)
+    done = cairn("-p", paste, "--output-format", "json", cwd=workspace, env=env)
     assert done.returncode == 0, done.stderr
     chats = proxy.chats()
     # The server's way to refuse a stream: 200 and nothing. Cairn asks once more,
@@ -183,12 +198,12 @@ def test_a_resumed_session_sends_the_same_context_as_before_the_restart(
     workspace, home = tmp_path / "ws", tmp_path / "home"
     workspace.mkdir()
     env = env_for(proxy, home, CAIRN_CONTEXT_WINDOW=str(N_CTX))
-    first = cairn_p("-p", "Name one prime number.", "--output-format", "json",
-                    cwd=workspace, env=env)  # fmt: skip
+    first = cairn("-p", "Name one prime number.", "--output-format", "json",
+                  cwd=workspace, env=env)  # fmt: skip
     assert first.returncode == 0, first.stderr
     session_id = json.loads(first.stdout)["session_id"]
-    second = cairn_p("-p", "Name another one.", "--resume", session_id, "--output-format",
-                     "json", cwd=workspace, env=env)  # fmt: skip
+    second = cairn("-p", "Name another one.", "--resume", session_id, "--output-format",
+                   "json", cwd=workspace, env=env)  # fmt: skip
     assert second.returncode == 0, second.stderr
     before, after = (c.body for c in proxy.chats())
     sent = before["messages"]
