@@ -8,6 +8,7 @@ tokenizers are optional (``pip install 'cairn[tokenizers]'``) and load lazily.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -65,6 +66,57 @@ def estimate_tokens(text: str, kind: TextKind = "text") -> int:
     return (len(text) + 3 * count_cjk(text) + 3) // 4
 
 
+#: Runs of letters and digits with no separator, at least this long: hashes,
+#: base64, long numbers and ids. BPE tokenizers have no merges for them and
+#: cut them into pieces of one to three characters, where the seeds' formula
+#: assumes four (against cl100k: base64 2.8×, hex hashes 2.2×).
+DENSE_RUN_CHARS = 16
+_DENSE_RUN = re.compile(rf"[0-9A-Za-z+/=]{{{DENSE_RUN_CHARS},}}")
+_DIGIT = re.compile(r"[0-9]")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]+")
+#: Characters per token in a dense run: a number cuts into groups of three
+#: digits (cl100k, o200k), hex digits come out at ~1.8, base64 and mixed ids
+#: at ~1.4. A tokenizer that cuts every digit apart (Qwen) is the session
+#: density's to learn.
+DIGITS_CHARS_PER_TOKEN = 3.0
+HEX_CHARS_PER_TOKEN = 1.8
+DENSE_CHARS_PER_TOKEN = 1.4
+
+
+def dense_surcharge(text: str, kind: TextKind = "text") -> int:
+    """The tokens ``estimate_tokens`` misses in dense content, 0 for prose and code.
+
+    A run of ``DENSE_RUN_CHARS`` or more letters and digits holding at least
+    two digits (a hash, a base64 block, a long number or id) counts at its
+    dense rate instead of the formula's. Text with no digit costs one search.
+    Everything else keeps the formula; what it still misses (numbers in
+    prose, another tokenizer's habits) the session's calibrated density
+    covers (DESIGN §4).
+    """
+    if _DIGIT.search(text) is None:
+        return 0
+    base = 0.5 if kind == "json" else 0.25
+    extra = 0.0
+    for match in _DENSE_RUN.finditer(text):
+        run = match.group()
+        digits = sum(map(run.count, "0123456789"))
+        if digits < 2:
+            continue
+        if digits == len(run):
+            rate = 1 / DIGITS_CHARS_PER_TOKEN
+        elif _HEX_RUN.fullmatch(run) is not None:
+            rate = 1 / HEX_CHARS_PER_TOKEN
+        else:
+            rate = 1 / DENSE_CHARS_PER_TOKEN
+        extra += len(run) * (rate - base)
+    return max(0, int(extra + 0.5))
+
+
+def estimate_text_tokens(text: str, kind: TextKind = "text") -> int:
+    """The pipeline's estimate of a text: the seeds' formula plus its ``dense_surcharge``."""
+    return estimate_tokens(text, kind) + dense_surcharge(text, kind)
+
+
 def _looks_like_json(text: str) -> bool:
     stripped = text.lstrip()[:1]
     return stripped in ("{", "[")
@@ -75,15 +127,16 @@ def estimate_message_tokens(message: Message) -> int:
 
     Text counts as prose, except a tool result that is a JSON document;
     tool-call arguments count as JSON; each image counts ``IMAGE_TOKENS``;
-    reasoning is not counted because it is not sent back to the model.
+    reasoning is not counted because it is not sent back to the model. Dense
+    content (hashes, base64, numbers) adds its ``dense_surcharge``.
     """
     text = message.text
     kind: TextKind = "json" if message.role == "tool" and _looks_like_json(text) else "text"
-    total = MESSAGE_OVERHEAD_TOKENS + estimate_tokens(text, kind)
+    total = MESSAGE_OVERHEAD_TOKENS + estimate_text_tokens(text, kind)
     if isinstance(message.content, tuple):
         total += IMAGE_TOKENS * sum(1 for p in message.content if isinstance(p, ImagePart))
     for call in message.tool_calls:
-        total += estimate_tokens(call.name) + estimate_tokens(call.arguments, "json")
+        total += estimate_tokens(call.name) + estimate_text_tokens(call.arguments, "json")
     return total
 
 

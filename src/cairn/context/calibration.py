@@ -96,3 +96,46 @@ def calibrated_tokens(fingerprint: str, estimate: int, calibration: FixedCalibra
     if calibration.fingerprint == fingerprint:
         return calibration.tokens
     return max(0, estimate - (calibration.estimate - calibration.tokens))
+
+
+# ---------------------------------------------------------------------------
+# The density of the messages: what the estimate of appended messages misses
+
+#: The key of the ``state`` record that persists the density.
+DENSITY_KEY = "message_density"
+#: The density never goes below the seeds' formula (the uncalibrated start)
+#: nor above what any tokenizer makes of text (one token per character is
+#: ~4× the formula's ¼).
+MIN_DENSITY, MAX_DENSITY = 1.0, 4.0
+#: A sample needs this many estimated tokens: below it the chat template's
+#: few tokens per message would read as density.
+MIN_SAMPLE_TOKENS = 256
+#: A change smaller than this share is noise (the chat template, rounding):
+#: the density stays, and no record is written for it.
+DENSITY_STEP = 0.02
+
+
+def learned_density(current: float, projected: int, measured: int) -> float:
+    """The density after one response, from what its request's estimated part cost.
+
+    ``projected`` is the estimated part of the request's projection (already
+    multiplied by ``current``), ``measured`` what the provider's prompt tokens
+    say it cost. A rise is taken at once — the next request must not go out
+    on a count known to be low — and a fall halves the distance per response,
+    so one prose answer after a page of hashes does not forget them, while a
+    session that went back to prose stops compacting early after a few.
+    """
+    if projected < MIN_SAMPLE_TOKENS:
+        return current
+    sample = current * measured / projected
+    new = sample if sample >= current else current - (current - sample) / 2
+    new = round(min(max(new, MIN_DENSITY), MAX_DENSITY), 3)
+    return current if abs(new - current) < DENSITY_STEP * current else new
+
+
+def density_from_json(value: JSONValue) -> float | None:
+    """The density a ``state`` record holds, or ``None`` when it is malformed."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    density = float(value)
+    return density if MIN_DENSITY <= density <= MAX_DENSITY else None

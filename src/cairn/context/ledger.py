@@ -38,7 +38,7 @@ from cairn.context.effects import ToolEffects, written_files
 from cairn.context.tool_budget import write_durably
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONValue, Message, MessageMeta
 from cairn.prompts import load_prompt
-from cairn.tokens import estimate_tokens
+from cairn.tokens import estimate_text_tokens
 
 #: The seven headings of the continuation ledger, in order (a host protocol).
 LEDGER_HEADINGS: tuple[str, ...] = (
@@ -194,7 +194,7 @@ class ActiveTask:
         return "\n".join((_OPEN, *_pieces(self), _CLOSE))
 
     def tokens(self) -> int:
-        return estimate_tokens(self.render())
+        return estimate_text_tokens(self.render())
 
 
 def _pieces(task: ActiveTask) -> list[str]:
@@ -236,7 +236,7 @@ def _omitted_line(messages: int, lines: int) -> str:
 
 def _cost(piece: str) -> int:
     # With its separator: the sum over pieces bounds the joined text from above.
-    return estimate_tokens(piece + "\n")
+    return estimate_text_tokens(piece + "\n")
 
 
 # ---------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def constraint_lines(text: str) -> list[str]:
         line = raw.strip()
         if not line or not is_constraint_line(line):
             continue
-        if estimate_tokens(line) <= CONSTRAINT_LINE_TOKENS:
+        if estimate_text_tokens(line) <= CONSTRAINT_LINE_TOKENS:
             found.append(line)
             continue
         for sentence in _SENTENCE_END.split(line):
@@ -284,14 +284,14 @@ def constraint_lines(text: str) -> list[str]:
 
 
 def _fit_sentence(sentence: str) -> str:
-    if estimate_tokens(sentence) <= CONSTRAINT_LINE_TOKENS:
+    if estimate_text_tokens(sentence) <= CONSTRAINT_LINE_TOKENS:
         return sentence
     return sentence[: _head_chars(sentence, CONSTRAINT_LINE_TOKENS - 1)].rstrip() + "…"
 
 
 def is_oversized(text: str, cap: int) -> bool:
     """Whether a message takes more than a quarter of the checkpoint's cap."""
-    return estimate_tokens(text) > cap // OVERSIZED_DIVISOR
+    return estimate_text_tokens(text) > cap // OVERSIZED_DIVISOR
 
 
 def saved_message_path(artifacts_dir: Path, message_id: str) -> Path:
@@ -316,7 +316,7 @@ def stub_text(text: str, cap: int, saved: Path | None) -> str:
     tail_start = _snap_tail(text, max(head_end, tail_start))
     head, tail = text[:head_end], text[tail_start:]
     omitted = len(text) - len(head) - len(tail)
-    tokens = estimate_tokens(text)
+    tokens = estimate_text_tokens(text)
     if saved is not None:
         where = (
             f"the full message ({len(text):,} characters, ~{tokens:,} tokens) is saved at "
@@ -336,7 +336,7 @@ def _head_chars(text: str, tokens: int) -> int:
     low, high = 0, len(text)
     while low < high:
         mid = (low + high + 1) // 2
-        if estimate_tokens(text[:mid]) <= tokens:
+        if estimate_text_tokens(text[:mid]) <= tokens:
             low = mid
         else:
             high = mid - 1
@@ -347,7 +347,7 @@ def _tail_chars(text: str, tokens: int) -> int:
     low, high = 0, len(text)
     while low < high:
         mid = (low + high + 1) // 2
-        if estimate_tokens(text[len(text) - mid :]) <= tokens:
+        if estimate_text_tokens(text[len(text) - mid :]) <= tokens:
             low = mid
         else:
             high = mid - 1
@@ -711,19 +711,19 @@ def todo_section(messages: Sequence[Message]) -> str:
     items = todo_items(call.arguments)
     if items is None:
         raw = call.arguments.strip()
-        if estimate_tokens(raw) <= TODO_SECTION_TOKENS:
+        if estimate_text_tokens(raw) <= TODO_SECTION_TOKENS:
             return f"`{call.name}` {raw}"
         return f"`{call.name}`: the latest todo list ({len(raw):,} characters) is in the transcript"
     lines = [f"- [{status}] {content}" for status, content in items]
     keep = list(range(len(lines)))
     order = [i for i, (status, _) in enumerate(items) if status == "completed"]
     order += [i for i in range(len(items)) if i not in set(order)]
-    used = sum(estimate_tokens(line) + 1 for line in lines)
+    used = sum(estimate_text_tokens(line) + 1 for line in lines)
     for index in order:
         if used <= TODO_SECTION_TOKENS:
             break
         keep.remove(index)
-        used -= estimate_tokens(lines[index]) + 1
+        used -= estimate_text_tokens(lines[index]) + 1
     left_out = len(lines) - len(keep)
     note = [f"({left_out} item(s) not listed; the transcript has them)"] if left_out else []
     return "\n".join([f"Todo list (`{call.name}`):", *(lines[i] for i in keep), *note])
@@ -814,7 +814,7 @@ def files_section(previous: str, files: Sequence[str]) -> str:
     used, budget = 0, FILES_SECTION_TOKENS
     for item in reversed(unique):  # the most recent files win the space
         line = f"- {item}"
-        cost = estimate_tokens(line + "\n")
+        cost = estimate_text_tokens(line + "\n")
         if listed and used + cost > budget:
             break
         listed.append(line)

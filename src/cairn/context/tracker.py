@@ -13,6 +13,7 @@ local estimate rather than guess.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -98,6 +99,10 @@ class ContextTokenTracker:
     model: ModelConfig
     count: Counter = estimate_message_tokens
     baseline: Baseline | None = field(default=None, init=False)
+    #: How many tokens the provider counts per estimated message token in this
+    #: session (``cairn.context.calibration.learned_density``): 1.0 is the
+    #: seeds' formula, the uncalibrated start.
+    density: float = field(default=1.0, init=False)
 
     @property
     def input_budget(self) -> int | None:
@@ -155,11 +160,15 @@ class ContextTokenTracker:
             and base.anchor_index < len(messages)
             and messages[base.anchor_index].id == base.anchor_id
         ):
-            appended = counted(base.anchor_index + 1)
+            appended = self.scaled(counted(base.anchor_index + 1))
             growth = 0 if base.fixed_tokens is None else max(0, fixed_tokens - base.fixed_tokens)
             return self.snapshot(base.tokens + appended + growth, "anchored", appended + growth)
-        estimated = counted(0)
+        estimated = self.scaled(counted(0))
         return self.snapshot(fixed_tokens + estimated, "estimate", estimated)
+
+    def scaled(self, estimate: int) -> int:
+        """A message estimate at this session's density (rounded up)."""
+        return estimate if self.density == 1.0 else math.ceil(estimate * self.density)
 
     def snapshot(self, tokens: int, source: Source, estimated: int = 0) -> TokenSnapshot:
         budget = self.input_budget
