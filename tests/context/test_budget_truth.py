@@ -41,6 +41,7 @@ from cairn.context.llm_summarizer import (
 from cairn.context.pipeline import RequestTooLargeError
 from cairn.messages import (
     Message,
+    MessageMeta,
     ToolCall,
     Usage,
     assistant,
@@ -272,17 +273,22 @@ def test_a_compaction_whose_result_is_not_smaller_is_not_committed(tmp_path: Pat
     assert list(p.messages) == before and p.epoch == 0
 
 
-def test_nothing_to_compact_while_no_round_precedes_the_kept_tail() -> None:
-    def count(m: Message) -> int:
-        return estimate_message_tokens(m)
-
+def test_nothing_to_compact_only_without_a_complete_round() -> None:
+    """Issue 25 item 3/4: the kept tail shrinks instead (DESIGN §5.6)."""
     task = user("Fix it.")
     call = ToolCall("c1", "bash", "{}")
     rounds = [task, assistant(None, [call]), tool_result("c1", "ok")]
-    assert nothing_to_compact(rounds, 2, 10_000, count)
-    assert not nothing_to_compact([*rounds, assistant("done")], 2, 10_000, count)
-    # A round too big for the kept tail is compactable even when it is the only one.
-    assert not nothing_to_compact([user("paste " * 20_000)], 2, 10_000, count)
+    assert not nothing_to_compact(rounds, manual=False)
+    assert not nothing_to_compact([*rounds, assistant("done")], manual=False)
+    assert not nothing_to_compact([user("paste " * 20_000)], manual=False)
+    # A round still waiting for its results is no complete round.
+    assert nothing_to_compact([assistant(None, [call])], manual=False)
+    # The host's own messages are not conversation; a manual /compact re-summarizes them.
+    block = Message("user", "the summary", meta=MessageMeta(synthetic=True))
+    assert nothing_to_compact([block], manual=False)
+    assert not nothing_to_compact([block], manual=True)
+    assert nothing_to_compact([], manual=True)
+    assert not nothing_to_compact([task], manual=True)
 
 
 def test_the_gates_measure_the_whole_budget_not_what_the_fixed_context_leaves() -> None:

@@ -48,6 +48,7 @@ from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.pipeline import (
     CompactionFailedError,
     ContextWindowExceededError,
+    NothingToCompactError,
     RequestTooLargeError,
 )
 from cairn.messages import (
@@ -66,6 +67,7 @@ from cairn.provider import ContextLimitError, ModelConfig, OpenAIProvider
 from cairn.replay.continuity import SessionSoFar, check_continuity
 from cairn.replay.engine import read_saved
 from cairn.store import CompactionRecord, ErrorRecord, read_transcript
+from cairn.tokens import estimate_message_tokens
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -415,6 +417,19 @@ class Session:
     epoch: int = 0
     #: The step being played (failure messages name it).
     step: int = 0
+    #: What the provider counts for each message (by id and content): its
+    #: own way (``usage_factor`` of the estimate, from the request that first
+    #: carried it) and the same way on every later request, as a tokenizer does.
+    counted: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def provider_count(self, factor: float) -> int:
+        total = FIXED.tokens
+        for m in self.p.messages:
+            key = (m.id, m.text)
+            if key not in self.counted:
+                self.counted[key] = max(1, int(estimate_message_tokens(m) * factor))
+            total += self.counted[key]
+        return total
 
     def add(self, message: Message) -> None:
         self.p.add(message)
@@ -457,7 +472,7 @@ class Session:
             f"{result.passed}/{result.checks} passed: {list(result.failures)}"
         )
 
-    async def request(self, overflow: bool) -> TurnOutcome:
+    async def request(self, overflow: bool, factor: float) -> TurnOutcome:
         """The check before a request, then (maybe) a context-limit error and reactive recovery."""
         before = list(self.p.messages)
         try:
@@ -488,13 +503,22 @@ class Session:
                 return TurnOutcome(None)
             self.after("reactive")
             tokens = self.p.project(FIXED).tokens or 0
-        return TurnOutcome(tokens)
+        # The provider counts what is sent, never from the pipeline's
+        # projection, which learns from that count.
+        return TurnOutcome(tokens, self.provider_count(factor))
 
     async def manual(self, instructions: str | None) -> None:
         before = list(self.p.messages)
         errors = self._errors()
         try:
             outcome = await self.p.compact(FIXED, instructions=instructions)
+        except NothingToCompactError:
+            # A notice (DESIGN §5.6): nothing written, no error block.
+            note("manual not smaller")
+            assert list(self.p.messages) == before
+            assert self._errors() == errors
+            self.same_on_disk()
+            return
         except CompactionFailedError:
             self.stats.manual_failed += 1
             note("manual failed")
@@ -518,6 +542,8 @@ class Session:
 class TurnOutcome:
     #: The request's projected size when it may be sent; ``None``: the turn failed.
     tokens: int | None
+    #: The request as the provider counts it (``Session.provider_count``).
+    sent: int = 0
 
 
 @dataclass(frozen=True)
@@ -574,13 +600,13 @@ async def play(server: OpenAIServer, session: Sequence[object], shape: Shape, ho
                     case Act(
                         calls=calls, sizes=sizes, error=error, usage=factor, overflow=overflow
                     ):
-                        turn = await s.request(overflow)
+                        turn = await s.request(overflow, factor)
                         if turn.tokens is None:
                             continue
                         tool_calls = [
                             ToolCall(f"c{n}_{i}", c.name, c.arguments) for i, c in enumerate(calls)
                         ]
-                        prompt = max(1, int((turn.tokens or 1) * factor))
+                        prompt = turn.sent
                         s.add(
                             assistant(
                                 "Working on it.", tool_calls, usage=Usage(prompt, 40, prompt + 40)
@@ -597,10 +623,10 @@ async def play(server: OpenAIServer, session: Sequence[object], shape: Shape, ho
                             ]
                         )
                     case Answer(completion=completion, usage=factor, overflow=overflow):
-                        turn = await s.request(overflow)
+                        turn = await s.request(overflow, factor)
                         if turn.tokens is None:
                             continue
-                        prompt = max(1, int((turn.tokens or 1) * factor))
+                        prompt = turn.sent
                         text = filler(rng, completion)
                         s.add(assistant(text, usage=Usage(prompt, completion, prompt + completion)))
                     case Manual(instructions=instructions):

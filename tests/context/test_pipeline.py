@@ -20,6 +20,7 @@ from cairn.context import (
     ContextPipeline,
     FallbackSummarizer,
     FixedContext,
+    NothingToCompactError,
     Summarizer,
     SummarizerError,
     Summary,
@@ -572,19 +573,23 @@ def test_manual_compact_runs_whatever_the_token_count(tmp_path: Path) -> None:
     assert outcome.post_tokens < outcome.pre_tokens
 
 
-def test_a_manual_compact_with_nothing_to_compact_says_so_and_changes_nothing(
-    tmp_path: Path,
-) -> None:
-    """Regression: one exchange was 'compacted' into a bigger context and committed."""
+def test_a_manual_compact_of_one_exchange_is_a_notice_never_an_error(tmp_path: Path) -> None:
+    """Issue 25 item 4 (was issue 9's 'compacted into a bigger context'): a one-exchange
+    session is compacted with no kept tail, or refused as not smaller — a notice, with
+    no error block, and the context unchanged."""
     p = make(tmp_path)
     p.add(user("small task"))
     respond(p, 500)
     before = list(p.messages)
-    with pytest.raises(CompactionFailedError, match="nothing to compact"):
+    with pytest.raises(NothingToCompactError, match="not smaller"):
         run(p.compact(FIXED))
     assert list(p.messages) == before and p.epoch == 0
     ui = read_transcript(p.transcript_path).ui()
-    assert ui[-1].meta.kind == "error" and "nothing to compact" in ui[-1].text
+    assert all(m.meta.kind != "error" for m in ui)
+    # An empty conversation has nothing at all to compact.
+    empty = make(tmp_path / "empty")
+    with pytest.raises(NothingToCompactError, match="nothing to compact"):
+        run(empty.compact(FIXED))
 
 
 def test_a_manual_compact_without_a_known_window_works(tmp_path: Path) -> None:

@@ -169,7 +169,7 @@ def history() -> list[Message]:
     out: list[Message] = [user("task")]
     for i in range(4):
         call = ToolCall(f"c{i}", "read_file" if i % 2 == 0 else "bash", "{}")
-        out += [assistant(f"step {i}", [call]), tool_result(call.id, f"{i}" * 3_000)]
+        out += [assistant(f"step {i}", [call]), tool_result(call.id, chr(ord("a") + i) * 3_000)]
     return out
 
 
@@ -183,9 +183,9 @@ def test_shrink_order_is_files_then_oldest_round_then_halving_each_strictly_smal
     first = shrink(messages, 0, effects)
     assert [m.text for m in first if m.role == "tool"] == [
         FILE_ELIDED,
-        "1" * 3_000,
+        "b" * 3_000,
         FILE_ELIDED,
-        "3" * 3_000,
+        "d" * 3_000,
     ]
     second = shrink(first, 1, effects)
     assert len(second) == len(first) - 1 and second[0].text == "step 0"

@@ -84,7 +84,8 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     try:
         outcome = await session.pipeline.compact(session.fixed_context(), instructions=instructions)
     except NothingToCompactError as exc:
-        return CommandOutcome(f"/compact: {exc}; the context is unchanged", ok=False)
+        # A notice, not an error (DESIGN §5.6): the command did what it could.
+        return CommandOutcome(f"/compact: {exc}; the context is unchanged")
     except CompactionCancelledError as exc:
         return CommandOutcome(f"/compact: {exc}", cancelled=True)
     except CompactionFailedError as exc:

@@ -39,7 +39,7 @@ from cairn.messages import (
     ToolCall,
     group_rounds,
 )
-from cairn.tokens import estimate_message_tokens, estimate_tokens
+from cairn.tokens import estimate_message_tokens, estimate_text_tokens
 
 FALLBACK_MAX_TOKENS = 50_000
 FALLBACK_MIN_TOKENS = 5_000
@@ -478,16 +478,16 @@ def _next_action(history: Sequence[Message], active_task: ActiveTask, chars: int
 def _clip_head(text: str, chars: int) -> str:
     tokens = max(1, chars // 4)
     head = text[:chars]
-    while estimate_tokens(head) > tokens:
-        head = head[: len(head) * tokens // estimate_tokens(head)]
+    while estimate_text_tokens(head) > tokens:
+        head = head[: len(head) * tokens // estimate_text_tokens(head)]
     return text if len(head) == len(text) else head.rstrip() + "…"
 
 
 def _clip_tail(text: str, chars: int) -> str:
     tokens = max(1, chars // 4)
     tail = text[len(text) - chars :] if len(text) > chars else text
-    while estimate_tokens(tail) > tokens:
-        keep = len(tail) * tokens // estimate_tokens(tail)
+    while estimate_text_tokens(tail) > tokens:
+        keep = len(tail) * tokens // estimate_text_tokens(tail)
         tail = tail[len(tail) - keep :] if keep else ""
     return text if len(tail) == len(text) else "…" + tail.lstrip()
 

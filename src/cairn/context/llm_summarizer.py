@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from cairn.context.budget import cautious
 from cairn.context.effects import ToolEffects, effect_of
 from cairn.context.ledger import (
     active_task_of,
@@ -30,6 +31,7 @@ from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     ImagePart,
     Message,
+    Round,
     TextPart,
     group_rounds,
     tool_result,
@@ -159,10 +161,13 @@ def _elide_file_contents(messages: Sequence[Message], effects: ToolEffects) -> l
 
 
 def _drop_oldest_round(messages: Sequence[Message]) -> list[Message]:
+    """Without the oldest conversation round; the host's messages (a previous compact
+    block, its restoration) stay, since they hold what came before it."""
     rounds = group_rounds(messages)
-    if len(rounds) <= 1:
-        return list(messages)
-    return list(messages[rounds[0].end :])
+    for r in rounds[:-1]:
+        if not messages[r.start].meta.synthetic:
+            return [*messages[: r.start], *messages[r.end :]]
+    return list(messages)
 
 
 def _halve_longest(messages: Sequence[Message]) -> list[Message]:
@@ -204,7 +209,7 @@ def fit_fork_input(
     current = list(messages)
     if sum(count(m) for m in current) <= room:
         return current
-    current = _elide_file_contents(strip_images(current), effects or {})
+    current = _elide_file_contents(current, effects or {})
     costs = [count(m) for m in current]
     size = sum(costs)
     if size <= room:
@@ -214,7 +219,7 @@ def fit_fork_input(
     for r in rounds[:-1]:
         if size <= room:
             break
-        if current[r.start].meta.kind == KIND_COMPACT_SUMMARY:
+        if current[r.start].meta.synthetic or current[r.start].meta.kind == KIND_COMPACT_SUMMARY:
             continue
         dropped.update(range(r.start, r.end))
         size -= sum(costs[r.start : r.end])
@@ -230,32 +235,64 @@ def fit_fork_input(
     return current if size <= room else None
 
 
-def nothing_to_compact(
-    messages: Sequence[Message], keep_rounds: int, budget: int, count: Callable[[Message], int]
-) -> bool:
-    """Whether no complete conversation round precedes the rounds a compaction keeps.
+def elisions_of(sent: Sequence[Message], fork: Sequence[Message]) -> tuple[str, ...]:
+    """What ``fork`` (the fork's history) left out of ``sent`` (the main request and
+    what followed it), one line per kind; empty when it is ``sent`` unchanged."""
+    kept = {m.id: m for m in fork}
+    dropped = sum(1 for m in sent if m.id not in kept)
+    images = shortened = 0
+    for m in sent:
+        other = kept.get(m.id)
+        if other is None or other == m:
+            continue
+        if len(other.images) < len(m.images):
+            images += 1
+        if other.text != m.text:
+            shortened += 1
+    lines = []
+    if images:
+        lines.append(f"{images} message(s) with images sent with a placeholder instead")
+    if shortened:
+        lines.append(f"{shortened} message(s) sent shortened (file contents elided or cut)")
+    if dropped:
+        lines.append(f"{dropped} message(s) of the oldest rounds left out")
+    return tuple(lines)
 
-    Then a compaction could only restate what it keeps, plus a block: a
-    bigger context, not a smaller one. Host-written rounds (a previous
-    compact block, a restoration, a handoff) are not conversation.
+
+def nothing_to_compact(messages: Sequence[Message], *, manual: bool) -> bool:
+    """Whether a compaction has nothing to work on (DESIGN §5.6).
+
+    A manual ``/compact`` compacts whenever the conversation holds a message
+    — an earlier summary included, which is re-summarized whole (seed 004).
+    An automatic or reactive one needs a complete conversation round. On
+    the very first request that round is the user's message: compacting it
+    helps only when it is oversized (saved to a file, head and tail kept);
+    otherwise the result is not smaller and is never committed.
     """
-    kept = {m.id for m in kept_tail(messages, keep_rounds, budget, count)}
-    for r in group_rounds(messages):
-        first = messages[r.start]
-        if r.complete and not first.meta.synthetic and first.id not in kept:
-            return False
-    return True
+    if manual:
+        return not messages
+    return not _conversation_rounds(messages)
+
+
+def _conversation_rounds(messages: Sequence[Message]) -> list[Round]:
+    """The complete rounds the user and the model wrote (not the host's: a previous
+    compact block, a restoration, a handoff)."""
+    return [
+        r for r in group_rounds(messages) if r.complete and not messages[r.start].meta.synthetic
+    ]
 
 
 def kept_tail(
     messages: Sequence[Message], keep_rounds: int, budget: int, count: Callable[[Message], int]
 ) -> list[Message]:
-    """The last ``keep_rounds`` complete rounds, trimmed from the oldest while over 20 %."""
-    if keep_rounds <= 0:
-        return []
-    whole = [r for r in group_rounds(messages) if r.complete]
-    # The previous compact block and other host messages are not conversation rounds.
-    rounds = [r for r in whole if not messages[r.start].meta.synthetic][-keep_rounds:]
+    """The last ``keep_rounds`` complete rounds, trimmed from the oldest while over 20 %.
+
+    At least one conversation round always comes before the tail — the kept
+    tail shrinks, down to none, until something is summarized — so a short
+    conversation or one just compacted can still be compacted (seed 004).
+    """
+    rounds = _conversation_rounds(messages)
+    rounds = rounds[len(rounds) - min(keep_rounds, max(len(rounds) - 1, 0)) :]
     limit = TAIL_BUDGET_SHARE * budget
     while rounds and sum(count(m) for r in rounds for m in messages[r.start : r.end]) > limit:
         rounds = rounds[1:]
@@ -286,13 +323,14 @@ class LLMSummarizer:
         self._model = model
 
     async def summarize(self, request: SummaryRequest) -> Summary:
-        source = prepare_fork_input(request.sent or request.messages)
+        sent = list(request.sent or request.messages)
         instruction = user(compaction_instruction(request.instructions))
-        fork_input = self._fitted(request, source, instruction)
+        fork_input = self._fitted(request, prepare_fork_input(sent), instruction)
         failures: list[str] = []
         for attempt in range(MAX_ATTEMPTS):
             try:
-                text = await self._fork(request, fork_input, instruction)
+                base = self._size(request, fork_input, sent)
+                text = await self._fork(request, fork_input, instruction, base)
             except ContextLimitError as exc:
                 smaller = shrink(fork_input, attempt, request.tool_effects)
                 if len(smaller) == len(fork_input) and _size(smaller) >= _size(fork_input):
@@ -307,17 +345,42 @@ class LLMSummarizer:
             except ProviderError as exc:
                 failures.append(f"attempt {attempt + 1}: {exc}")
                 continue
-            return self._replacement(request, text)
+            summary = self._replacement(request, text)
+            return replace(summary, elisions=elisions_of(sent, fork_input))
         raise SummarizerError("the summarizer failed 3 attempts: " + "; ".join(failures))
+
+    def _size(
+        self, request: SummaryRequest, history: Sequence[Message], sent: Sequence[Message]
+    ) -> int:
+        """The cautious size of a request carrying ``history``: the pipeline's projection
+        while it is the main request unchanged (the provider counted most of it), else
+        the fixed context plus every message's estimate, with the margin on it."""
+        if request.projected is not None and list(history) == list(sent):
+            return cautious(request.projected, request.projected_estimated)
+        estimated = sum(request.count(m) for m in history)
+        return request.fixed_tokens + cautious(estimated, estimated)
 
     def _fitted(
         self, request: SummaryRequest, history: Sequence[Message], instruction: Message
     ) -> list[Message]:
-        """The history shrunk so that the fork's projected size fits the input budget."""
-        if request.request_budget is None:
+        """The history as sent when the fork fits the input budget, else shrunk until
+        its cautious estimate fits (DESIGN §5.5: elide only when it would not fit)."""
+        budget = request.request_budget
+        if budget is None:
             return list(history)
-        room = request.request_budget - request.fixed_tokens - request.count(instruction)
-        fitted = fit_fork_input(history, room, request.count, request.tool_effects)
+        # The instruction is the host's own prose, always the same: its estimate
+        # (at the session's density) needs no margin.
+        added = request.count(instruction)
+        sent = list(request.sent or request.messages)
+        if self._size(request, history, sent) + added <= budget:
+            return list(history)
+        room = budget - request.fixed_tokens - added
+
+        def count(message: Message) -> int:
+            estimated = request.count(message)
+            return cautious(estimated, estimated)
+
+        fitted = fit_fork_input(history, room, count, request.tool_effects)
         if fitted is None:
             raise SummarizerError(
                 f"the compaction request cannot fit the {request.request_budget:,}-token input "
@@ -326,16 +389,17 @@ class LLMSummarizer:
             )
         return fitted
 
-    def _projected(self, request: SummaryRequest, conversation: Sequence[Message]) -> int:
-        return request.fixed_tokens + sum(request.count(m) for m in conversation)
-
     async def _fork(
-        self, request: SummaryRequest, history: Sequence[Message], instruction: Message
+        self, request: SummaryRequest, history: Sequence[Message], instruction: Message, base: int
     ) -> str:
+        """``base``: the cautious size of a request carrying ``history`` (``_size``)."""
         conversation: list[Message] = [*history, instruction]
         for _ in range(MAX_FORK_ROUNDS):
             budget = request.request_budget
-            if budget is not None and (size := self._projected(request, conversation)) > budget:
+            # The instruction needs no margin (``_fitted``); rejected calls do.
+            added = request.count(instruction)
+            grown = sum(request.count(m) for m in conversation[len(history) + 1 :])
+            if budget is not None and (size := base + added + cautious(grown, grown)) > budget:
                 # The rejected tool calls made it grow; never send what cannot fit.
                 raise SummarizerError(
                     f"the compaction request grew to {size:,} tokens with rejected tool "

@@ -21,11 +21,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cairn.context.breaker import CompactionBreaker, breaker_key
-from cairn.context.budget import compaction_due, compaction_would_help, handoff_line
+from cairn.context.budget import (
+    cautious,
+    compaction_due,
+    compaction_would_help,
+    handoff_line,
+)
 from cairn.context.calibration import (
     CALIBRATION_KEY,
+    DENSITY_KEY,
     FixedCalibration,
     calibrated_tokens,
+    density_from_json,
+    learned_density,
     measure,
     sharper,
 )
@@ -100,7 +108,8 @@ class CompactionFailedError(CairnError, RuntimeError):
 
 
 class NothingToCompactError(CompactionFailedError):
-    """A manual compaction had nothing to gain; the context is unchanged."""
+    """A manual compaction had nothing to gain (an empty conversation, a result that
+    would not be smaller): a notice, nothing is written and the context is unchanged."""
 
 
 class CompactionCancelledError(CairnError, RuntimeError):
@@ -244,6 +253,9 @@ class ContextPipeline:
         #: Estimated message tokens of the last checked request when its size was a
         #: full estimate: the next response then measures the fixed context.
         self._measurable: int | None = None
+        #: (provider-counted part, estimated part) of the last checked request's
+        #: anchored projection: the next response measures the density.
+        self._probe: tuple[int, int] | None = None
         self._calibration: FixedCalibration | None = None
         self._compacted_since_response = False
         #: The provider's prompt tokens of the first request after a compaction
@@ -271,6 +283,9 @@ class ContextPipeline:
         )
         self._last_call = _timestamp(resumed.last_response_ts)
         self._restore_boundary(records, resumed.state.get(CALIBRATION_KEY))
+        density = density_from_json(resumed.state.get(DENSITY_KEY))
+        if density is not None:
+            self._tracker.density = density
         #: (epoch, tokens) of the handoff reminders in the context: the
         #: compaction line is measured without them (``budget.compaction_due``).
         self._control = (
@@ -404,6 +419,7 @@ class ContextPipeline:
                 # a long answer is new content, not a compaction that fell short.
                 self._floor = self._floor_after(prompt)
             self._compacted_since_response = False
+            self._learn_density(prompt)
             self._calibrate(prompt)
 
     def add_tool_results(self, results: Sequence[Message]) -> list[Message]:
@@ -522,11 +538,19 @@ class ContextPipeline:
                 # The unedited context: the fork must extend the request the
                 # provider cached, and summarize the contents, not this check's stubs.
                 outcome = await self._compaction(
-                    "auto", messages, fixed, None, before.tokens, warnings
+                    "auto", messages, fixed, None, before.tokens, warnings, before
                 )
                 if outcome is not None:
                     after = self.project(fixed)
-                    self._measurable = _message_estimate(after, fixed_tokens)
+                    if self._due(after, 0):
+                        # Never silent (issue 25 item 1): the next request goes out past the line.
+                        line = math.ceil(self.config.compact_ratio * (after.input_budget or 0))
+                        warnings.append(
+                            f"the compaction left {after.tokens:,} tokens, still at or over the "
+                            f"compaction line ({line:,}): the system prompt, tools and what it "
+                            "must keep take that much"
+                        )
+                    self._will_send(after, fixed_tokens)
                     self._refuse_over_budget(after, fixed_tokens, warnings)
                     return CheckResult(before, after, len(edits), outcome, warnings=tuple(warnings))
 
@@ -548,7 +572,7 @@ class ContextPipeline:
             after = self._tracker.snapshot(
                 snapshot.tokens + cost, before.source, snapshot.estimated + cost
             )
-        self._measurable = _message_estimate(after, fixed_tokens)
+        self._will_send(after, fixed_tokens, edited=bool(edits))
         return CheckResult(
             before, after, len(edits), None, handoff is not None, warnings=tuple(warnings)
         )
@@ -571,7 +595,7 @@ class ContextPipeline:
         warnings: list[str] = []
         try:
             return await self._compaction(
-                "manual", self.messages, fixed, instructions, before.tokens, warnings
+                "manual", self.messages, fixed, instructions, before.tokens, warnings, before
             )
         finally:
             # A manual compaction has no CheckResult: its notices (hook stderr,
@@ -609,7 +633,7 @@ class ContextPipeline:
         messages = self.messages
         fixed_tokens = self.fixed_tokens(fixed)
         self._fixed, self._fixed_tokens = fixed, fixed_tokens
-        pre = fixed_tokens + sum(self._count(m) for m in messages)
+        pre = fixed_tokens + sum(self._sized(m) for m in messages)
         outcome = await self._compaction("reactive", messages, fixed, None, pre, warnings)
         if outcome is None:
             raise ContextWindowExceededError(
@@ -617,7 +641,7 @@ class ContextPipeline:
                 "compacted" + (f" ({'; '.join(warnings)})" if warnings else "")
             ) from error
         after = self.project(fixed)
-        self._measurable = _message_estimate(after, fixed_tokens)
+        self._will_send(after, fixed_tokens)
         self._refuse_over_budget(after, fixed_tokens, warnings)
         return outcome
 
@@ -631,15 +655,31 @@ class ContextPipeline:
         instructions: str | None,
         pre_tokens: int | None,
         warnings: list[str],
+        projection: TokenSnapshot | None = None,
     ) -> CompactionOutcome | None:
-        """PreCompact → summary → (session still the same?) → save → swap → hooks → block."""
+        """PreCompact → summary → (session still the same?) → save → swap → hooks → block.
+
+        ``projection`` is the projected size of a request carrying ``view``: the
+        fork is sent unchanged when that, plus its instruction, fits.
+        """
         if self.model.context_window is None and trigger != "manual":
             return None
-        if nothing_to_compact(view, self.config.keep_rounds, self._share(fixed), self._count):
+        if nothing_to_compact(view, manual=trigger == "manual"):
             self._not_compacted(
                 trigger,
-                "nothing to compact yet: no complete round comes before the newest rounds "
-                "a compaction keeps",
+                "nothing to compact: the conversation is empty"
+                if trigger == "manual"
+                else "nothing to compact yet: the conversation has no complete round",
+                warnings,
+            )
+            return None
+        # Only the automatic check trusts its own count here: a reactive compaction
+        # runs because the provider said the request does not fit.
+        if trigger == "auto" and self._first_request_fits(view, fixed):
+            self._not_compacted(
+                trigger,
+                "nothing to compact yet: this is the first request, and the conversation fits "
+                "beside the system prompt and tools",
                 warnings,
             )
             return None
@@ -656,7 +696,7 @@ class ContextPipeline:
                     return None
                 raise CompactionBlockedError(pre_hook.blocked)
             merged = _join_instructions(instructions, pre_hook.output)
-            request = self._request(view, fixed, trigger, merged)
+            request = self._request(view, fixed, trigger, merged, projection)
             try:
                 asked = self._summarize(trigger, request, warnings)
                 summary = await _unless_set(self._cancel, asked)
@@ -675,9 +715,9 @@ class ContextPipeline:
                 # The host switched or cleared the session meanwhile: write nothing anywhere.
                 warnings.append("compaction abandoned: the session changed while it ran")
                 return None
-            summary = self._with_restoration(summary, fixed)
-            source = sum(self._count(m) for m in view)
-            result = sum(self._count(m) for m in summary.replacement)
+            source = sum(self._sized(m) for m in view)
+            summary = self._with_restoration(summary, fixed, source)
+            result = sum(self._sized(m) for m in summary.replacement)
             if result >= source:
                 self._not_compacted(
                     trigger,
@@ -734,6 +774,22 @@ class ContextPipeline:
         self._breaker.record_success(key)
         return summary
 
+    def _first_request_fits(self, view: Sequence[Message], fixed: FixedContext) -> bool:
+        """The very first request, with a conversation that fits its share of the budget.
+
+        Only the fixed context brought it to the line: compacting the user's
+        opening message would restate it (issue 9). A first message bigger
+        than its share is compacted — saved to a file, head and tail kept.
+        """
+        if any(m.role == "assistant" for m in view):
+            return False
+        return sum(self._sized(m) for m in view) <= self._share(fixed)
+
+    def _sized(self, message: Message) -> int:
+        """A message's estimate at the session's density: what compaction plans with,
+        so that a replacement aimed at half the budget lands there as the provider counts."""
+        return self._tracker.scaled(self._count(message))
+
     def _would_call_model(self) -> bool:
         """Whether an automatic compaction now would ask the LLM (not the model-free fallback)."""
         if isinstance(self._summarizer, FallbackSummarizer):
@@ -741,9 +797,12 @@ class ContextPipeline:
         return not self._breaker.is_open(breaker_key(self._workspace, self.session_id))
 
     def _not_compacted(self, trigger: Trigger, reason: str, warnings: list[str]) -> None:
-        """An auto or reactive compaction that cannot help says why; a manual one fails."""
+        """A compaction that cannot help says why: a notice, not an error (DESIGN §5.6).
+
+        A manual one raises ``NothingToCompactError`` so that its command
+        reports the reason; nothing is written, the context is unchanged.
+        """
         if trigger == "manual":
-            self._store.append(ErrorRecord(f"Compaction failed: {reason}", source="compact"))
             raise NothingToCompactError(reason)
         warnings.append(reason)
 
@@ -788,6 +847,30 @@ class ContextPipeline:
         budget = self._tracker.input_budget
         under = budget is None or prompt_tokens < self.config.compact_ratio * budget
         return None if under else prompt_tokens
+
+    def _will_send(self, after: TokenSnapshot, fixed_tokens: int, edited: bool = False) -> None:
+        """Remember what the response to this request can measure (fixed context, density)."""
+        self._measurable = _message_estimate(after, fixed_tokens)
+        # Edits remove content at its estimate: the difference would read as density.
+        self._probe = (
+            (after.tokens - after.estimated, after.estimated)
+            if after.source == "anchored" and after.tokens is not None and not edited
+            else None
+        )
+
+    def _learn_density(self, prompt_tokens: int) -> None:
+        """What the estimated part of the last request really cost (DESIGN §4)."""
+        probe, self._probe = self._probe, None
+        if probe is None or prompt_tokens <= 0:
+            return
+        counted, estimated = probe
+        tracker = self._tracker
+        density = learned_density(tracker.density, estimated, prompt_tokens - counted)
+        if density == tracker.density:
+            return
+        # Persisted before it is used, so a resumed session projects the same way.
+        self._store.append(StateRecord(DENSITY_KEY, density))
+        tracker.density = density
 
     def _calibrate(self, prompt_tokens: int) -> None:
         """Learn the fixed context's true size from a response to a fully estimated request."""
@@ -845,8 +928,14 @@ class ContextPipeline:
                 self._fixed_tokens = fixed
                 return
 
-    def _with_restoration(self, summary: Summary, fixed: FixedContext) -> Summary:
-        """Insert what must be re-injected right after the compact block, within budget."""
+    def _with_restoration(self, summary: Summary, fixed: FixedContext, source: int) -> Summary:
+        """Insert what must be re-injected right after the compact block, within budget.
+
+        Files and skills fit under the handoff line and never make the result
+        as big as the ``source`` it replaces: a restoration that grew the
+        context would turn a compaction that helps into one refused as not
+        smaller (a short conversation that read big files).
+        """
         if self._restoration is None or not summary.replacement:
             return summary
         restored = build_restoration(
@@ -854,23 +943,20 @@ class ContextPipeline:
         )
         block, *rest = summary.replacement
         budget = self._tracker.input_budget
-        room = (
-            handoff_line(budget, self.config.handoff_ratio)
-            - self.fixed_tokens(fixed)
-            - sum(self._count(m) for m in summary.replacement)
-            if budget is not None
-            else None
-        )
+        replacement = sum(self._sized(m) for m in summary.replacement)
+        room = source - replacement - 1
+        if budget is not None:
+            line = handoff_line(budget, self.config.handoff_ratio)
+            room = min(room, line - self.fixed_tokens(fixed) - replacement)
         kept: list[Message] = []
         for i, message in enumerate(restored):
-            cost = self._count(message)
+            cost = self._sized(message)
             # The working directory and the plan-mode reminder always go; files
-            # and skills only while they fit under the handoff line.
+            # and skills only while they fit.
             mandatory = i == 0 or message.meta.kind == KIND_PLAN_REMINDER
-            if mandatory or room is None or cost <= room:
+            if mandatory or cost <= room:
                 kept.append(message)
-                if room is not None:
-                    room -= cost
+                room -= cost
         return replace(summary, replacement=(block, *kept, *rest))
 
     def _request(
@@ -879,8 +965,10 @@ class ContextPipeline:
         fixed: FixedContext,
         trigger: Trigger,
         instructions: str | None,
+        projection: TokenSnapshot | None = None,
     ) -> SummaryRequest:
         window = self.model.context_window or UNKNOWN_WINDOW
+        projected = projection.tokens if projection is not None else None
         request_budget = self._tracker.input_budget
         return SummaryRequest(
             # The handoff reminder is a control message for the live model only:
@@ -895,24 +983,30 @@ class ContextPipeline:
             trigger=trigger,
             tool_effects=self._effects,
             instructions=instructions,
-            count=self._count,
+            count=self._sized,
             keep_rounds=self.config.keep_rounds,
             on_text=self._listener.compaction_content_updated,
             request_budget=request_budget,
             fixed_tokens=self.fixed_tokens(fixed),
-            checkpoint_tokens=int(self.config.checkpoint_share * (request_budget or window)),
+            # The checkpoint is measured by the formula: at a higher density the
+            # same share of the budget holds fewer estimated tokens.
+            checkpoint_tokens=int(
+                self.config.checkpoint_share * (request_budget or window) / self._tracker.density
+            ),
             artifacts_dir=self._artifacts_dir,
+            projected=projected,
+            projected_estimated=projection.estimated if projection is not None else 0,
         )
 
     def _commit(
         self, summary: Summary, trigger: Trigger, pre_tokens: int | None, fixed: FixedContext
     ) -> CompactionRecord:
         fixed_tokens = self.fixed_tokens(fixed)
-        post = fixed_tokens + sum(self._count(m) for m in summary.replacement)
+        post = fixed_tokens + sum(self._sized(m) for m in summary.replacement)
         pre = (
             pre_tokens
             if pre_tokens is not None
-            else fixed_tokens + sum(self._count(m) for m in self.messages)
+            else fixed_tokens + sum(self._sized(m) for m in self.messages)
         )
         record = CompactionRecord(
             trigger=trigger,
@@ -922,6 +1016,7 @@ class ContextPipeline:
             summary=summary.summary,
             replacement_messages=summary.replacement,
             files=summary.files,
+            fork_elisions=summary.elisions,
         )
         try:
             # Append + fsync; the store swaps its API view only after that.
@@ -973,18 +1068,9 @@ class ContextPipeline:
         return self._clock() - self._last_call > self.config.micro_compact_idle_s
 
 
-#: The margin on the locally estimated part of a projection when deciding
-#: whether a request may be sent at all. The seeds' estimate under-counts some
-#: text: against cl100k, qwen3 and deepseek-v4 it came out at up to 1.34× for
-#: Chinese specs with Markdown and 1.3–1.46× for Python source files of the
-#: shared corpus (English notes full of numbers reach 2.4×; for such text the
-#: provider's context-limit error and reactive compaction stay the backstop).
-ESTIMATE_MARGIN = 0.35
-
-
 def _cautious(snapshot: TokenSnapshot) -> int:
     """The projection with the margin on what the provider has not counted yet."""
-    return (snapshot.tokens or 0) + math.ceil(ESTIMATE_MARGIN * snapshot.estimated)
+    return cautious(snapshot.tokens or 0, snapshot.estimated)
 
 
 def _over_budget(snapshot: TokenSnapshot) -> bool:

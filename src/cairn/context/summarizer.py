@@ -56,6 +56,12 @@ class SummaryRequest:
     #: compaction fork's history, so its prefix is the cached one. Empty:
     #: ``messages``.
     sent: tuple[Message, ...] = ()
+    #: The size of a request carrying ``sent`` (fixed context included) as the
+    #: pipeline projects it — the provider's count of the last main request plus
+    #: the estimate of what came since — and that estimated part, on which the
+    #: margin applies. ``None``: not projected (the fork is then estimated whole).
+    projected: int | None = None
+    projected_estimated: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class Summary:
     summary: str
     strategy: Strategy
     files: tuple[str, ...] = ()
+    #: What the fork left out of the main request to fit (``CompactionRecord.fork_elisions``).
+    elisions: tuple[str, ...] = ()
 
 
 class Summarizer(Protocol):

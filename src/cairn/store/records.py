@@ -21,7 +21,7 @@ from typing import Annotated, ClassVar, Literal, TypeAlias
 import orjson
 from pydantic import StrictInt
 
-from cairn.codec import OMIT_NONE, Codec, JSONDepthError, JSONKey
+from cairn.codec import OMIT_EMPTY, OMIT_NONE, Codec, JSONDepthError, JSONKey
 from cairn.errors import CairnError
 from cairn.messages import (
     JSONObject,
@@ -162,6 +162,10 @@ class CompactionRecord:
     ts: str = field(default_factory=now_ts)
     #: Filled in by the store when it saves the checkpoint (absent in older files).
     history: Annotated[CheckpointHistory | None, OMIT_NONE] = None
+    #: What the compaction fork left out of the main request it extends, to fit
+    #: the budget (one line each); empty: the fork began with that request,
+    #: byte for byte.
+    fork_elisions: Annotated[tuple[str, ...], OMIT_EMPTY] = ()
 
 
 @dataclass(frozen=True, slots=True)
