@@ -145,6 +145,8 @@ def test_item8_compaction_agent_transcript_replays_with_the_documented_fixed_con
     assert "compaction sub-agent transcript" in warning and "documented default" in warning
     report = replay(session, tmp_path, window)
     assert (report.fixed_source, report.fixed_tokens) == ("default", resolved.tokens)
+    # The report says so (report.json's per-session warnings, the table's notes).
+    assert report.warnings == (resolved.note,)
     if report.input_budget <= DEFAULT:  # 8k and 16k: 20k of fixed context cannot fit
         assert report.failure is not None
         assert report.failure.startswith("window too small") and "the format's default" in (

@@ -141,6 +141,9 @@ async def replay_session(
         fixed_source=resolved.source,
         recorded_fixed_tokens=resolved.recorded_tokens,
         compaction_line=int(config.compact_ratio * budget),
+        # Why the fixed context is what it is, when that needs saying (a
+        # compaction sub-agent's transcript): report.json and the table show it.
+        warnings=(resolved.note,) if resolved.note else (),
     )
     too_small = window_too_small(resolved.tokens, resolved.source, budget)
     if too_small is not None:

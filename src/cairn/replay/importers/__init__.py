@@ -275,6 +275,7 @@ __all__ = [
     "PLACEHOLDER_RESULT",
     "ImportResult",
     "Importer",
+    "RecordedSession",
     "SessionImportError",
     "detect_format",
     "import_sessions",
