@@ -673,9 +673,7 @@ class ContextPipeline:
                 warnings,
             )
             return None
-        # Only the automatic check trusts its own count here: a reactive compaction
-        # runs because the provider said the request does not fit.
-        if trigger == "auto" and self._first_request_fits(view, fixed):
+        if trigger != "manual" and self._first_request_fits(view, fixed, trigger):
             self._not_compacted(
                 trigger,
                 "nothing to compact yet: this is the first request, and the conversation fits "
@@ -774,7 +772,9 @@ class ContextPipeline:
         self._breaker.record_success(key)
         return summary
 
-    def _first_request_fits(self, view: Sequence[Message], fixed: FixedContext) -> bool:
+    def _first_request_fits(
+        self, view: Sequence[Message], fixed: FixedContext, trigger: Trigger
+    ) -> bool:
         """The very first request, with a conversation that fits its share of the budget.
 
         Only the fixed context brought it to the line: compacting the user's
@@ -783,7 +783,14 @@ class ContextPipeline:
         """
         if any(m.role == "assistant" for m in view):
             return False
-        return sum(self._sized(m) for m in view) <= self._share(fixed)
+        size = sum(self._sized(m) for m in view)
+        if trigger == "reactive":
+            # The provider said the request does not fit, so our count is not
+            # trusted; but only an opening message too big for the checkpoint
+            # (saved to a file, head and tail kept) can come out smaller.
+            budget = self._tracker.input_budget or UNKNOWN_WINDOW
+            return size <= self.config.checkpoint_share * budget
+        return size <= self._share(fixed)
 
     def _sized(self, message: Message) -> int:
         """A message's estimate at the session's density: what compaction plans with,
