@@ -320,12 +320,14 @@ def _fixed(row: JSONObject) -> str:
     return f"{size} {', '.join(_dict(fixed['sources']))}"
 
 
-def _ratio(value: JSONValue) -> str:
-    """A worst under-estimate: ``1.9204× (source: session, request 7)``; ``–`` without one."""
+def _ratio(value: JSONValue, *, where: bool = True) -> str:
+    """A worst under-estimate: ``1.9204× (session, request 7)``, or only the ratio
+    without ``where``; ``–`` without one."""
     if value is None:
         return "–"
     worst = _dict(value)
-    return f"{float(str(worst['ratio'])):.4f}× ({worst['session']}, request {worst['request']})"
+    ratio = f"{float(str(worst['ratio'])):.4f}×"
+    return f"{ratio} ({worst['session']}, request {worst['request']})" if where else ratio
 
 
 def _over_budget(row: JSONObject) -> str:
@@ -381,8 +383,7 @@ def dense_markdown(dense: JSONObject) -> list[str]:
     ]
     for r in _list(dense["rows"]):
         row = _dict(r)
-        worst = row["worst_under_estimate"]
-        ratio = "–" if worst is None else f"{float(str(_dict(worst)['ratio'])):.4f}×"
+        ratio = _ratio(row["worst_under_estimate"], where=False)
         lines.append(
             f"| {row['source']} | {_int(row['window']) // 1024}k | {row['dense_tool_results']} "
             f"| {row['failed_sessions']} | {row['requests']} | {_over_budget(row)} | {ratio} "

@@ -325,7 +325,7 @@ class LLMSummarizer:
     async def summarize(self, request: SummaryRequest) -> Summary:
         sent = list(request.sent or request.messages)
         instruction = user(compaction_instruction(request.instructions))
-        fork_input = self._fitted(request, prepare_fork_input(sent), instruction)
+        fork_input = self._fitted(request, prepare_fork_input(sent), sent, instruction)
         failures: list[str] = []
         for attempt in range(MAX_ATTEMPTS):
             try:
@@ -361,7 +361,11 @@ class LLMSummarizer:
         return request.fixed_tokens + cautious(estimated, estimated)
 
     def _fitted(
-        self, request: SummaryRequest, history: Sequence[Message], instruction: Message
+        self,
+        request: SummaryRequest,
+        history: Sequence[Message],
+        sent: Sequence[Message],
+        instruction: Message,
     ) -> list[Message]:
         """The history as sent when the fork fits the input budget, else shrunk until
         its cautious estimate fits (DESIGN §5.5: elide only when it would not fit)."""
@@ -371,7 +375,6 @@ class LLMSummarizer:
         # The instruction is the host's own prose, always the same: its estimate
         # (at the session's density) needs no margin.
         added = request.count(instruction)
-        sent = list(request.sent or request.messages)
         if self._size(request, history, sent) + added <= budget:
             return list(history)
         room = budget - request.fixed_tokens - added

@@ -537,9 +537,7 @@ class ContextPipeline:
                     warnings.append(f"{held}; compacting anyway: the request would not fit")
                 # The unedited context: the fork must extend the request the
                 # provider cached, and summarize the contents, not this check's stubs.
-                outcome = await self._compaction(
-                    "auto", messages, fixed, None, before.tokens, warnings, before
-                )
+                outcome = await self._compaction("auto", messages, fixed, None, warnings, before)
                 if outcome is not None:
                     after = self.project(fixed)
                     if self._due(after, 0):
@@ -595,7 +593,7 @@ class ContextPipeline:
         warnings: list[str] = []
         try:
             return await self._compaction(
-                "manual", self.messages, fixed, instructions, before.tokens, warnings, before
+                "manual", self.messages, fixed, instructions, warnings, before
             )
         finally:
             # A manual compaction has no CheckResult: its notices (hook stderr,
@@ -633,8 +631,8 @@ class ContextPipeline:
         messages = self.messages
         fixed_tokens = self.fixed_tokens(fixed)
         self._fixed, self._fixed_tokens = fixed, fixed_tokens
-        pre = fixed_tokens + sum(self._sized(m) for m in messages)
-        outcome = await self._compaction("reactive", messages, fixed, None, pre, warnings)
+        # No projection: the provider has just said ours was wrong.
+        outcome = await self._compaction("reactive", messages, fixed, None, warnings)
         if outcome is None:
             raise ContextWindowExceededError(
                 "the conversation does not fit the model's context window and could not be "
@@ -653,14 +651,14 @@ class ContextPipeline:
         view: Sequence[Message],
         fixed: FixedContext,
         instructions: str | None,
-        pre_tokens: int | None,
         warnings: list[str],
         projection: TokenSnapshot | None = None,
     ) -> CompactionOutcome | None:
         """PreCompact → summary → (session still the same?) → save → swap → hooks → block.
 
         ``projection`` is the projected size of a request carrying ``view``: the
-        fork is sent unchanged when that, plus its instruction, fits.
+        record's ``pre_tokens``, and the fork is sent unchanged when it, plus its
+        instruction, fits. Without it, both come from the estimate of ``view``.
         """
         if self.model.context_window is None and trigger != "manual":
             return None
@@ -724,7 +722,7 @@ class ContextPipeline:
                     warnings,
                 )
                 return None
-            record = self._commit(summary, trigger, pre_tokens, fixed)
+            record = self._commit(summary, trigger, projection, fixed)
             started = await self._hooks.session_start("compact")
             reminder = session_start_reminder(started.output, "compact")
             if reminder is not None and self._current_session() == session:
@@ -1006,15 +1004,17 @@ class ContextPipeline:
         )
 
     def _commit(
-        self, summary: Summary, trigger: Trigger, pre_tokens: int | None, fixed: FixedContext
+        self,
+        summary: Summary,
+        trigger: Trigger,
+        projection: TokenSnapshot | None,
+        fixed: FixedContext,
     ) -> CompactionRecord:
         fixed_tokens = self.fixed_tokens(fixed)
         post = fixed_tokens + sum(self._sized(m) for m in summary.replacement)
-        pre = (
-            pre_tokens
-            if pre_tokens is not None
-            else fixed_tokens + sum(self._sized(m) for m in self.messages)
-        )
+        pre = projection.tokens if projection is not None else None
+        if pre is None:
+            pre = fixed_tokens + sum(self._sized(m) for m in self.messages)
         record = CompactionRecord(
             trigger=trigger,
             strategy=summary.strategy,
