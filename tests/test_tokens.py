@@ -24,6 +24,7 @@ from cairn.tokens import (
     count_cjk,
     estimate_message_tokens,
     estimate_messages_tokens,
+    estimate_text_tokens,
     estimate_tokens,
     get_tokenizer,
 )
@@ -282,6 +283,20 @@ def test_tool_result_json_vs_prose() -> None:
     # The same JSON text from the user counts as prose: only tool results are sniffed.
     assert estimate_message_tokens(user(doc)) == MESSAGE_OVERHEAD_TOKENS + estimate_tokens(doc)
     assert estimate_tokens(doc, "json") > estimate_tokens(doc)
+
+
+def test_a_json_file_counts_as_json_read_with_line_numbers_or_cat() -> None:
+    """Issue 25: ``read_file`` numbers its lines; the same JSON file counted as prose
+    through it (¼ a character) and as JSON through ``cat`` (½) — against cl100k a
+    numbered JSON-lines dump came out at 0.53× its tokens."""
+    rows = ['{"id": 38145198, "price": 62814.2193, "values": [-76062, 38260]}'] * 3
+    numbered = "\n".join(f"{n:>6}\t{row}" for n, row in enumerate(rows, 1))
+    assert estimate_message_tokens(tool_result("c", numbered)) == MESSAGE_OVERHEAD_TOKENS + (
+        estimate_text_tokens(numbered, "json")
+    )
+    assert estimate_message_tokens(tool_result("c", "     1\tplain text")) == (
+        MESSAGE_OVERHEAD_TOKENS + estimate_text_tokens("     1\tplain text")
+    )
 
 
 def test_tool_call_arguments_count_as_json() -> None:

@@ -117,8 +117,13 @@ def estimate_text_tokens(text: str, kind: TextKind = "text") -> int:
     return estimate_tokens(text, kind) + dense_surcharge(text, kind)
 
 
+#: A ``read_file`` line-number prefix: the same JSON file counts the same read or cat.
+_LINE_NUMBER = re.compile(r"\s*\d+\t")
+
+
 def _looks_like_json(text: str) -> bool:
-    stripped = text.lstrip()[:1]
+    numbered = _LINE_NUMBER.match(text)
+    stripped = text[numbered.end() if numbered else 0 :].lstrip()[:1]
     return stripped in ("{", "[")
 
 

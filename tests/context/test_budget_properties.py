@@ -307,7 +307,9 @@ def answer_with_usage(answer: Message, prompt: int, completion: int) -> Message:
 def test_no_request_over_the_budget_ever_in_long_generated_sessions(shape: Shape) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stats = play(shape, Path(tmp))
-    assert stats["requests"] > 0
+    # A huge opening paste with every summary failing under on_failure="skip" is
+    # refused at every request (each refusal checked above): that is a run too.
+    assert stats["requests"] + stats["refused"] > 0
     event(f"window {shape.window}")
     if stats["compactions"]:
         event("compacted")

@@ -186,6 +186,20 @@ def test_a_request_over_the_budget_is_compacted_even_before_a_response(tmp_path:
     assert (second.after.tokens or 0) <= BUDGET
 
 
+def test_item1_a_compaction_that_cannot_get_under_the_line_says_so(tmp_path: Path) -> None:
+    """Issue 25 item 1: the system prompt alone takes the context past the line; the
+    compaction runs, helps, cannot get under the line — and says so, with the sizes."""
+    fixed = big_system(int(LINE) + 300)
+    p = make(tmp_path)
+    history(p, rounds=4)
+    result = run(p.check_and_compact(fixed))
+    assert result.compaction is not None
+    after = result.after.tokens or 0
+    assert LINE <= after <= BUDGET, result
+    said = [w for w in result.warnings if "still at or over the compaction line" in w]
+    assert said and f"{after:,} tokens" in said[0], result.warnings
+
+
 def test_a_request_that_cannot_fit_is_refused_with_the_sizes_and_nothing_is_lost(
     tmp_path: Path,
 ) -> None:
@@ -278,17 +292,17 @@ def test_nothing_to_compact_only_without_a_complete_round() -> None:
     task = user("Fix it.")
     call = ToolCall("c1", "bash", "{}")
     rounds = [task, assistant(None, [call]), tool_result("c1", "ok")]
-    assert not nothing_to_compact(rounds, manual=False)
-    assert not nothing_to_compact([*rounds, assistant("done")], manual=False)
-    assert not nothing_to_compact([user("paste " * 20_000)], manual=False)
+    assert not nothing_to_compact(rounds, on_demand=False)
+    assert not nothing_to_compact([*rounds, assistant("done")], on_demand=False)
+    assert not nothing_to_compact([user("paste " * 20_000)], on_demand=False)
     # A round still waiting for its results is no complete round.
-    assert nothing_to_compact([assistant(None, [call])], manual=False)
+    assert nothing_to_compact([assistant(None, [call])], on_demand=False)
     # The host's own messages are not conversation; a manual /compact re-summarizes them.
     block = Message("user", "the summary", meta=MessageMeta(synthetic=True))
-    assert nothing_to_compact([block], manual=False)
-    assert not nothing_to_compact([block], manual=True)
-    assert nothing_to_compact([], manual=True)
-    assert not nothing_to_compact([task], manual=True)
+    assert nothing_to_compact([block], on_demand=False)
+    assert not nothing_to_compact([block], on_demand=True)
+    assert nothing_to_compact([], on_demand=True)
+    assert not nothing_to_compact([task], on_demand=True)
 
 
 def test_the_gates_measure_the_whole_budget_not_what_the_fixed_context_leaves() -> None:

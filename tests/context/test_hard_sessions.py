@@ -98,6 +98,13 @@ CONFIG = CompactionConfig()
 #: Below this many tokens of conversation a reactive compaction may rightly find its
 #: result not smaller: a compact block's fixed parts alone take a few hundred.
 TINY = 1_000
+#: How far the estimate may be off on what the provider has not counted yet (the
+#: messages since the last usage; after a checkpoint, the whole conversation). The
+#: seeds' formula with the dense surcharge is 0.84–1.26× cl100k on the test's
+#: densities (code to short-word prose), and the session's density moves with
+#: the content: the handoff and the line are judged by the projection, so they
+#: can only be kept within this share of what was estimated.
+UNCOUNTED_ERROR = 0.3
 #: Notices that say why no compaction brought the context under the line.
 FAILED_WHY = (
     "nothing to compact",
@@ -422,12 +429,24 @@ def _check_notices(p: Played, after: int, upto: int) -> list[str]:
     ]
 
 
+def uncounted(p: Played, c: Counted) -> int:
+    """What of ``c`` the pipeline had to estimate, in the provider's tokens: all but
+    the last answered main request of the same epoch (whose usage it knew), or the
+    whole conversation when a checkpoint came after that request or none came yet."""
+    anchor = next(
+        (b for b in reversed(p.model.main[: c.ordinal - 1]) if b.outcome == "answered"), None
+    )
+    if anchor is None or any(anchor.index < stamp <= c.index for stamp, _ in p.block_stamps()):
+        return _conversation_tokens(c)
+    return max(c.prompt_tokens - c.handoff_tokens() - anchor.prompt_tokens, 0)
+
+
 def check_line(p: Played) -> Iterator[Violation]:
     line = p.scenario.line
     previous = -1
     for c in p.model.main:
         content = c.prompt_tokens - c.handoff_tokens()
-        if content >= line:
+        if content >= line + UNCOUNTED_ERROR * uncounted(p, c):
             said = [n for n in _check_notices(p, previous, c.index) if _says_why(n)]
             if not said:
                 compacted = [
@@ -458,11 +477,14 @@ def check_handoff(p: Played) -> Iterator[Violation]:
         if not new:
             continue
         content = c.prompt_tokens - c.handoff_tokens()
-        if not p.scenario.band <= content < p.scenario.line:
+        error = UNCOUNTED_ERROR * uncounted(p, c)
+        if not p.scenario.band - error <= content < p.scenario.line + error:
             yield Violation(
                 "handoff",
                 f"{_label(c)} first carries a handoff at {content:,} tokens (the reminder "
-                f"not counted), outside the band {p.scenario.band:,.0f}–{p.scenario.line:,.0f}",
+                f"not counted), outside the band {p.scenario.band:,.0f}–{p.scenario.line:,.0f} "
+                f"by more than the estimate's error on the {uncounted(p, c):,} tokens the "
+                "provider had not counted before",
             )
 
 
@@ -560,6 +582,16 @@ def _first_difference(main: Sequence[dict[str, Any]], fork: Sequence[dict[str, A
     return f"the fork has {len(fork)} messages, the main request {len(main)}"
 
 
+def _said_after(p: Played, c: Counted) -> list[str]:
+    """The notices and command answers after request ``c``, up to the next main request."""
+    end = next((m.index for m in p.model.main if m.index > c.index), len(p.model))
+    said = [s.event.text for s in p.events if isinstance(s.event, Notice)]
+    stamps = [s.requests for s in p.events if isinstance(s.event, Notice)]
+    notices = [t for t, n in zip(said, stamps, strict=True) if c.index < n <= end]
+    commands = [run.outcome.text for run in p.commands if run.start <= c.index < run.end]
+    return notices + commands
+
+
 def check_fork(p: Played) -> Iterator[Violation]:
     log = p.model.log
     stamps = p.block_stamps()
@@ -586,6 +618,14 @@ def check_fork(p: Played) -> Iterator[Violation]:
             last.get("content")
         ):
             continue
+        since = [r for stamp, r in stamps if main.index < stamp <= c.index]
+        if since:
+            # A compaction after the main request (a second /compact): the fork
+            # extends the context that checkpoint left, not a request ever sent.
+            replacement = to_wire(since[-1].replacement_messages)
+            head = c.messages[1 : 1 + len(replacement)]
+            if c.messages[:1] == main.messages[:1] and head == replacement:
+                continue
         record = next(
             (
                 r
@@ -597,6 +637,8 @@ def check_fork(p: Played) -> Iterator[Violation]:
         )
         if record is not None and _elisions(record):
             continue
+        if record is None and any("the fork left out" in text for text in _said_after(p, c)):
+            continue  # no checkpoint (failed, not smaller): what it said names the elisions
         yield Violation(
             "fork",
             f"{_label(c)} does not begin with {_label(main)} byte for byte "
@@ -898,23 +940,12 @@ def test_item4_manual_compact_on_a_one_round_session_and_right_after_a_compactio
     assert_holds(play(Scenario(WINDOW, 16_000, steps), root), "manual", "hooks")
 
 
-@pytest.mark.parametrize(
-    "k",
-    [
-        pytest.param(
-            3,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 25 item 5 (open): at request 3 the LLM summary plus its "
-                "checkpoint is not smaller than a 2.2k-token conversation",
-            ),
-        ),
-        5,
-    ],
-)
+@pytest.mark.parametrize("k", [3, 5])
 def test_item5_reactive_compaction_on_the_third_request(root: Path, k: int) -> None:
     """HTTP 400 context_length_exceeded before any output on the k-th request (3rd or
-    5th) of a turn of reads: one reactive compaction, the request replayed, the turn done."""
+    5th) of a turn of reads: one reactive compaction, the request replayed, the turn done.
+    On the third the conversation is about 2,200 tokens: the kept tail shrinks so that
+    the summary comes out smaller (``RESULT_SHARE``)."""
     reads = tuple((Read("code", 0.06),) for _ in range(6))
     scenario = Scenario(WINDOW, 16_000, (Turn(reads),), frozenset({k}))
     played = play(scenario, root)

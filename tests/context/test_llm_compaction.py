@@ -284,7 +284,9 @@ def test_fork_streams_its_text_to_the_ui_between_state_changes(
 
 def test_only_the_summary_enters_the_context(tmp_path: Path, openai_server: OpenAIServer) -> None:
     p = make(tmp_path, openai_server)
-    conversation(p)
+    # Enough rounds that the kept tail is not trimmed for the result to come out
+    # smaller than its source (``RESULT_SHARE``).
+    conversation(p, rounds=6)
     openai_server.script(Reply(text=SUMMARY))
     run(p.compact(FIXED))
     block = p.messages[0]
@@ -296,7 +298,7 @@ def test_only_the_summary_enters_the_context(tmp_path: Path, openai_server: Open
     )
     assert record.strategy == "llm" and record.trigger == "manual"
     # The kept tail: the last two complete API rounds, verbatim.
-    assert [m.tool_call_id for m in p.messages if m.role == "tool"][-2:] == ["call_1", "call_2"]
+    assert [m.tool_call_id for m in p.messages if m.role == "tool"] == ["call_4", "call_5"]
 
 
 def test_exact_continuation_records_are_placed_by_the_host(

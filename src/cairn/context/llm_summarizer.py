@@ -12,6 +12,7 @@ effect gates before the pipeline may use it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -26,7 +27,13 @@ from cairn.context.ledger import (
     place_exact_records,
     place_host_facts,
 )
-from cairn.context.summarizer import Summarizer, SummarizerError, Summary, SummaryRequest
+from cairn.context.summarizer import (
+    RESULT_SHARE,
+    Summarizer,
+    SummarizerError,
+    Summary,
+    SummaryRequest,
+)
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     ImagePart,
@@ -53,6 +60,7 @@ MAX_FORK_ROUNDS = 3
 MAX_ATTEMPTS = 3
 #: The gate "≤ 80 % of the source" only means something for a large source.
 LARGE_SOURCE_TOKENS = 8_000
+LARGE_SOURCE_SHARE = 0.8
 MAX_SUMMARY_TOKENS = 50_000
 #: The kept tail is trimmed from its oldest round while above this share of the budget.
 TAIL_BUDGET_SHARE = 0.20
@@ -259,17 +267,18 @@ def elisions_of(sent: Sequence[Message], fork: Sequence[Message]) -> tuple[str, 
     return tuple(lines)
 
 
-def nothing_to_compact(messages: Sequence[Message], *, manual: bool) -> bool:
+def nothing_to_compact(messages: Sequence[Message], *, on_demand: bool) -> bool:
     """Whether a compaction has nothing to work on (DESIGN §5.6).
 
-    A manual ``/compact`` compacts whenever the conversation holds a message
-    — an earlier summary included, which is re-summarized whole (seed 004).
-    An automatic or reactive one needs a complete conversation round. On
+    One asked for — a manual ``/compact``, or a reactive one after the
+    provider refused the request — compacts whenever the conversation holds
+    a message, an earlier summary included, which is re-summarized whole
+    (seed 004). An automatic one needs a complete conversation round. On
     the very first request that round is the user's message: compacting it
     helps only when it is oversized (saved to a file, head and tail kept);
     otherwise the result is not smaller and is never committed.
     """
-    if manual:
+    if on_demand:
         return not messages
     return not _conversation_rounds(messages)
 
@@ -283,17 +292,23 @@ def _conversation_rounds(messages: Sequence[Message]) -> list[Round]:
 
 
 def kept_tail(
-    messages: Sequence[Message], keep_rounds: int, budget: int, count: Callable[[Message], int]
+    messages: Sequence[Message],
+    keep_rounds: int,
+    budget: int,
+    count: Callable[[Message], int],
+    room: float | None = None,
 ) -> list[Message]:
-    """The last ``keep_rounds`` complete rounds, trimmed from the oldest while over 20 %.
+    """The last ``keep_rounds`` complete rounds, trimmed from the oldest while over 20 %
+    of ``budget`` or over ``room``.
 
     At least one conversation round always comes before the tail — the kept
     tail shrinks, down to none, until something is summarized — so a short
     conversation or one just compacted can still be compacted (seed 004).
+    The fork summarized the tail too, so trimming it loses no fact.
     """
     rounds = _conversation_rounds(messages)
     rounds = rounds[len(rounds) - min(keep_rounds, max(len(rounds) - 1, 0)) :]
-    limit = TAIL_BUDGET_SHARE * budget
+    limit = TAIL_BUDGET_SHARE * budget if room is None else min(TAIL_BUDGET_SHARE * budget, room)
     while rounds and sum(count(m) for r in rounds for m in messages[r.start : r.end]) > limit:
         rounds = rounds[1:]
     return [m for r in rounds for m in messages[r.start : r.end]]
@@ -301,7 +316,7 @@ def kept_tail(
 
 def check_gates(post: int, source: int, window: int, input_budget: int) -> str | None:
     """Why the replacement is not small enough, or ``None`` when it passes every gate."""
-    if source >= LARGE_SOURCE_TOKENS and post > 0.8 * source:
+    if source >= LARGE_SOURCE_TOKENS and post > LARGE_SOURCE_SHARE * source:
         return f"the summary keeps {post:,} of {source:,} tokens (over 80 % of a large source)"
     half = min(window, input_budget) // 2
     if post > half:
@@ -309,6 +324,19 @@ def check_gates(post: int, source: int, window: int, input_budget: int) -> str |
     if post > MAX_SUMMARY_TOKENS:
         return f"the replacement takes {post:,} tokens, over {MAX_SUMMARY_TOKENS:,}"
     return None
+
+
+def _counted_rate(request: SummaryRequest, sent: Sequence[Message]) -> float:
+    """How many tokens the provider counted per estimated one in the part of ``sent``
+    its last usage covered (1.0 when unknown): the fork is shrunk at that rate, as
+    the estimate of content the session has not seen at that density may be low."""
+    if request.projected is None:
+        return 1.0
+    counted = request.projected - request.projected_estimated - request.fixed_tokens
+    estimated = sum(request.count(m) for m in sent) - request.projected_estimated
+    if counted <= 0 or estimated <= 0:
+        return 1.0
+    return counted / estimated
 
 
 # ---------------------------------------------------------------------------
@@ -327,27 +355,46 @@ class LLMSummarizer:
         instruction = user(compaction_instruction(request.instructions))
         fork_input = self._fitted(request, prepare_fork_input(sent), sent, instruction)
         failures: list[str] = []
+        # What the last fork sent left out (each retry leaves out more): the record names it.
+        elided = elisions_of(sent, fork_input)
         for attempt in range(MAX_ATTEMPTS):
             try:
                 base = self._size(request, fork_input, sent)
                 text = await self._fork(request, fork_input, instruction, base)
             except ContextLimitError as exc:
-                smaller = shrink(fork_input, attempt, request.tool_effects)
+                # At the rate the provider said it counts, when it said; else (or
+                # when that removes nothing) by the next rule that still removes something.
+                counted = exc.prompt_tokens
+                smaller = (
+                    self._refitted(request, fork_input, instruction, base, counted)
+                    if counted is not None
+                    else fork_input
+                )
+                if _size(smaller) >= _size(fork_input):
+                    smaller = shrink(fork_input, attempt, request.tool_effects)
                 if len(smaller) == len(fork_input) and _size(smaller) >= _size(fork_input):
-                    raise SummarizerError(f"the fork overflowed and cannot shrink: {exc}") from exc
+                    raise SummarizerError(
+                        f"the fork overflowed and cannot shrink: {exc}", elided
+                    ) from exc
                 failures.append(f"attempt {attempt + 1}: context limit, input shrunk")
                 fork_input = smaller
+                elided = elisions_of(sent, fork_input)
                 continue
             except ProviderTimeoutError as exc:
                 # A deadline already waited its full length: three more would keep
                 # the user waiting minutes for a summary the fallback can give now.
-                raise SummarizerError(f"attempt {attempt + 1}: {exc}") from exc
+                raise SummarizerError(f"attempt {attempt + 1}: {exc}", elided) from exc
             except ProviderError as exc:
                 failures.append(f"attempt {attempt + 1}: {exc}")
                 continue
-            summary = self._replacement(request, text)
-            return replace(summary, elisions=elisions_of(sent, fork_input))
-        raise SummarizerError("the summarizer failed 3 attempts: " + "; ".join(failures))
+            except SummarizerError as exc:
+                raise SummarizerError(str(exc), elided) from exc
+            try:
+                summary = self._replacement(request, text)
+            except SummarizerError as exc:
+                raise SummarizerError(str(exc), elided) from exc
+            return replace(summary, elisions=elided)
+        raise SummarizerError("the summarizer failed 3 attempts: " + "; ".join(failures), elided)
 
     def _size(
         self, request: SummaryRequest, history: Sequence[Message], sent: Sequence[Message]
@@ -377,20 +424,47 @@ class LLMSummarizer:
         added = request.count(instruction)
         if self._size(request, history, sent) + added <= budget:
             return list(history)
-        room = budget - request.fixed_tokens - added
-
-        def count(message: Message) -> int:
-            estimated = request.count(message)
-            return cautious(estimated, estimated)
-
-        fitted = fit_fork_input(history, room, count, request.tool_effects)
+        fitted = self._fit_at(request, history, instruction, _counted_rate(request, sent))
         if fitted is None:
+            room = budget - request.fixed_tokens - added
             raise SummarizerError(
-                f"the compaction request cannot fit the {request.request_budget:,}-token input "
+                f"the compaction request cannot fit the {budget:,}-token input "
                 f"budget: the system prompt and tools take {request.fixed_tokens:,} tokens "
                 f"and the conversation cannot shrink to the {max(room, 0):,} left"
             )
         return fitted
+
+    def _refitted(
+        self,
+        request: SummaryRequest,
+        history: Sequence[Message],
+        instruction: Message,
+        base: int,
+        counted: int,
+    ) -> list[Message]:
+        """The history shrunk until it fits at the provider's own rate: its refusal said
+        what the fork counted, ``counted`` tokens against our ``base`` plus the
+        instruction. The same input back when nothing smaller can fit."""
+        rate = counted / max(base + request.count(instruction), 1)
+        fitted = self._fit_at(request, history, instruction, rate)
+        return list(history) if fitted is None else fitted
+
+    @staticmethod
+    def _fit_at(
+        request: SummaryRequest, history: Sequence[Message], instruction: Message, rate: float
+    ) -> list[Message] | None:
+        """``fit_fork_input`` with every estimate (margin included) times ``rate`` ≥ 1."""
+        if request.request_budget is None:
+            return list(history)
+        rate = max(rate, 1.0)
+
+        def count(message: Message) -> int:
+            estimated = request.count(message)
+            return math.ceil(rate * cautious(estimated, estimated))
+
+        added = math.ceil(rate * request.count(instruction))
+        room = request.request_budget - request.fixed_tokens - added
+        return fit_fork_input(history, room, count, request.tool_effects)
 
     async def _fork(
         self, request: SummaryRequest, history: Sequence[Message], instruction: Message, base: int
@@ -444,10 +518,16 @@ class LLMSummarizer:
             artifacts_dir=request.artifacts_dir,
         )
         block = build_compact_block(ledger, active_task)
-        tail = kept_tail(request.messages, request.keep_rounds, request.input_budget, request.count)
+        source = sum(request.count(m) for m in request.messages)
+        # A short conversation keeps less verbatim: the replacement must come out
+        # smaller, and a large one must pass its gate.
+        share = LARGE_SOURCE_SHARE if source >= LARGE_SOURCE_TOKENS else RESULT_SHARE
+        room = share * source - request.count(block)
+        tail = kept_tail(
+            request.messages, request.keep_rounds, request.input_budget, request.count, room
+        )
         replacement = (block, *tail)
         post = sum(request.count(m) for m in replacement)
-        source = sum(request.count(m) for m in request.messages)
         failed = check_gates(post, source, request.window, request.input_budget)
         if failed is not None:
             raise SummarizerError(f"effect gate: {failed}")

@@ -53,6 +53,7 @@ from cairn.context.restoration_source import RestorationSource
 from cairn.context.restore import build_restoration
 from cairn.context.snip import snip_target, snip_worth_it
 from cairn.context.summarizer import (
+    RESULT_SHARE,
     FallbackSummarizer,
     Summarizer,
     SummarizerError,
@@ -627,6 +628,10 @@ class ContextPipeline:
                 "start a new session."
             ) from error
         self._reactive_used = True
+        if error.prompt_tokens is not None:
+            # The refusal says what the request really counted: what the
+            # replacement is planned with should know it (DESIGN §4).
+            self._learn_density(error.prompt_tokens)
         warnings: list[str] = []
         messages = self.messages
         fixed_tokens = self.fixed_tokens(fixed)
@@ -662,11 +667,13 @@ class ContextPipeline:
         """
         if self.model.context_window is None and trigger != "manual":
             return None
-        if nothing_to_compact(view, manual=trigger == "manual"):
+        # The provider refused the request: anything in it may be compacted, an
+        # earlier block included (re-summarized whole), as for /compact.
+        if nothing_to_compact(view, on_demand=trigger != "auto"):
             self._not_compacted(
                 trigger,
                 "nothing to compact: the conversation is empty"
-                if trigger == "manual"
+                if trigger != "auto"
                 else "nothing to compact yet: the conversation has no complete round",
                 warnings,
             )
@@ -703,8 +710,10 @@ class ContextPipeline:
             except SummarizerError as exc:
                 if self._current_session() != session:
                     return None
-                self._store.append(ErrorRecord(f"Compaction failed: {exc}", source="compact"))
-                raise CompactionFailedError(str(exc)) from exc
+                # The forks sent are named even when no checkpoint records them.
+                reason = str(exc) + _left_out(exc.elisions)
+                self._store.append(ErrorRecord(f"Compaction failed: {reason}", source="compact"))
+                raise CompactionFailedError(reason) from exc
             if summary is None:
                 return None
             if self._current_session() != session:
@@ -718,7 +727,8 @@ class ContextPipeline:
                 self._not_compacted(
                     trigger,
                     f"compaction not applied: its result ({result:,} tokens) is not smaller "
-                    f"than the context it would replace ({source:,} tokens)",
+                    f"than the context it would replace ({source:,} tokens)"
+                    + _left_out(summary.elisions),
                     warnings,
                 )
                 return None
@@ -766,7 +776,7 @@ class ContextPipeline:
             if trigger == "manual":
                 raise
             warnings.append(f"compaction failed ({failures} in a row): {exc}")
-            return None if skip else fallback_summary(request.messages, request)
+            return None if skip else fallback_summary(request.messages, request, exc.elisions)
         self._breaker.record_success(key)
         return summary
 
@@ -788,7 +798,9 @@ class ContextPipeline:
             # (saved to a file, head and tail kept) can come out smaller.
             budget = self._tracker.input_budget or UNKNOWN_WINDOW
             return size <= self.config.checkpoint_share * budget
-        return size <= self._share(fixed)
+        # With the margin the request is sent under (``_refuse_over_budget``): an
+        # opening message that fits only without it is compacted, not refused.
+        return cautious(size, size) <= self._share(fixed)
 
     def _sized(self, message: Message) -> int:
         """A message's estimate at the session's density: what compaction plans with,
@@ -936,10 +948,10 @@ class ContextPipeline:
     def _with_restoration(self, summary: Summary, fixed: FixedContext, source: int) -> Summary:
         """Insert what must be re-injected right after the compact block, within budget.
 
-        Files and skills fit under the handoff line and never make the result
-        as big as the ``source`` it replaces: a restoration that grew the
-        context would turn a compaction that helps into one refused as not
-        smaller (a short conversation that read big files).
+        Files and skills fit under the handoff line and never take the result
+        past ``RESULT_SHARE`` of the ``source`` it replaces: a restoration that
+        grew the context would turn a compaction that helps into one refused
+        as not smaller (a short conversation that read big files).
         """
         if self._restoration is None or not summary.replacement:
             return summary
@@ -949,7 +961,7 @@ class ContextPipeline:
         block, *rest = summary.replacement
         budget = self._tracker.input_budget
         replacement = sum(self._sized(m) for m in summary.replacement)
-        room = source - replacement - 1
+        room = int(RESULT_SHARE * source) - replacement
         if budget is not None:
             line = handoff_line(budget, self.config.handoff_ratio)
             room = min(room, line - self.fixed_tokens(fixed) - replacement)
@@ -1073,6 +1085,11 @@ class ContextPipeline:
         if self._last_call is None:
             return False
         return self._clock() - self._last_call > self.config.micro_compact_idle_s
+
+
+def _left_out(elisions: Sequence[str]) -> str:
+    """What a fork left out, for a compaction that wrote no record to name it."""
+    return f" (the fork left out: {'; '.join(elisions)})" if elisions else ""
 
 
 def _cautious(snapshot: TokenSnapshot) -> int:

@@ -20,9 +20,23 @@ from cairn.messages import Message
 from cairn.store.records import Strategy, Trigger
 from cairn.tokens import estimate_message_tokens
 
+#: A replacement is at most this share of the context it replaces: one that
+#: gives back less than a tenth only brings the next compaction closer, and a
+#: reactive one would be refused again. The kept tail and the restored files
+#: yield first.
+RESULT_SHARE = 0.9
+
 
 class SummarizerError(CairnError, RuntimeError):
-    """The summarizer produced no usable replacement; counts toward the breaker."""
+    """The summarizer produced no usable replacement; counts toward the breaker.
+
+    ``elisions`` names what the failed fork requests left out of the main
+    request, so that a fallback's record still names them.
+    """
+
+    def __init__(self, message: str, elisions: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.elisions = elisions
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,10 @@ class FallbackSummarizer:
         return fallback_summary(request.messages, request)
 
 
-def fallback_summary(messages: Sequence[Message], request: SummaryRequest) -> Summary:
+def fallback_summary(
+    messages: Sequence[Message], request: SummaryRequest, elisions: tuple[str, ...] = ()
+) -> Summary:
+    """The model-free replacement; ``elisions``: what failed forks before it left out."""
     plan = plan_fallback(
         messages,
         window=request.window,
@@ -100,4 +117,4 @@ def fallback_summary(messages: Sequence[Message], request: SummaryRequest) -> Su
         artifacts_dir=request.artifacts_dir,
         fixed_tokens=request.fixed_tokens,
     )
-    return Summary(plan.replacement, plan.summary, "fallback", plan.files)
+    return Summary(plan.replacement, plan.summary, "fallback", plan.files, elisions)

@@ -13,6 +13,8 @@ passed is a ``ProviderTimeoutError`` naming the setting that changes it.
 
 from __future__ import annotations
 
+import re
+
 from cairn.errors import CairnError
 
 #: Error codes (or error types) that mean the request does not fit the window.
@@ -86,12 +88,30 @@ class ProviderError(CairnError, RuntimeError):
         )
 
 
+#: How providers say what the refused prompt counted (the first group): OpenAI
+#: and vLLM ("… (12345 in the messages, …"), Anthropic ("prompt is too long:
+#: 210000 tokens > 200000 maximum").
+_PROMPT_COUNTS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\((\d+) in the messages"),
+    re.compile(r"prompt is too long: (\d+) tokens"),
+)
+
+
 class ContextLimitError(ProviderError):
     """The request does not fit the model's context window.
 
     Reactive compaction may replay the request only when
     ``output_started`` is false (DESIGN §5.8).
     """
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """What the provider counted in the refused prompt, when its message says."""
+        for pattern in _PROMPT_COUNTS:
+            found = pattern.search(self.message)
+            if found is not None:
+                return int(found.group(1))
+        return None
 
 
 class ProviderTimeoutError(ProviderError):
