@@ -1135,3 +1135,15 @@ def test_cairn_p_prints_an_answer_holding_a_lone_surrogate_escape(
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[-1]["type"] == "result"
     assert lines[-1]["result"] == "broken \ufffd char"
+
+
+def test_a_context_limit_error_says_what_the_provider_counted_when_it_does() -> None:
+    """Issue 25: the refusal's own count sizes the reactive compaction and the fork retry."""
+    openai = (
+        "This model's maximum context length is 32000 tokens. However, you requested "
+        "34000 tokens (26213 in the messages, 7787 in the completion)."
+    )
+    assert ContextLimitError(openai).prompt_tokens == 26_213
+    anthropic = "prompt is too long: 208543 tokens > 200000 maximum"
+    assert ContextLimitError(anthropic).prompt_tokens == 208_543
+    assert ContextLimitError("maximum context length exceeded").prompt_tokens is None
