@@ -585,9 +585,11 @@ def _first_difference(main: Sequence[dict[str, Any]], fork: Sequence[dict[str, A
 def _said_after(p: Played, c: Counted) -> list[str]:
     """The notices and command answers after request ``c``, up to the next main request."""
     end = next((m.index for m in p.model.main if m.index > c.index), len(p.model))
-    said = [s.event.text for s in p.events if isinstance(s.event, Notice)]
-    stamps = [s.requests for s in p.events if isinstance(s.event, Notice)]
-    notices = [t for t, n in zip(said, stamps, strict=True) if c.index < n <= end]
+    notices = [
+        s.event.text
+        for s in p.events
+        if isinstance(s.event, Notice) and c.index < s.requests <= end
+    ]
     commands = [run.outcome.text for run in p.commands if run.start <= c.index < run.end]
     return notices + commands
 

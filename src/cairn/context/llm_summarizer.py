@@ -339,6 +339,25 @@ def _counted_rate(request: SummaryRequest, sent: Sequence[Message]) -> float:
     return counted / estimated
 
 
+def _fit_at(
+    request: SummaryRequest,
+    budget: int,
+    history: Sequence[Message],
+    instruction: Message,
+    rate: float,
+) -> list[Message] | None:
+    """``fit_fork_input`` into ``budget`` with every estimate (margin included) times
+    ``rate`` (at least 1): the rate the provider was seen to count at."""
+    rate = max(rate, 1.0)
+
+    def count(message: Message) -> int:
+        estimated = request.count(message)
+        return math.ceil(rate * cautious(estimated, estimated))
+
+    room = budget - request.fixed_tokens - math.ceil(rate * request.count(instruction))
+    return fit_fork_input(history, room, count, request.tool_effects)
+
+
 # ---------------------------------------------------------------------------
 # The fork loop
 
@@ -361,16 +380,17 @@ class LLMSummarizer:
             try:
                 base = self._size(request, fork_input, sent)
                 text = await self._fork(request, fork_input, instruction, base)
+                summary = self._replacement(request, text)
             except ContextLimitError as exc:
-                # At the rate the provider said it counts, when it said; else (or
+                # At the rate the provider said it counted, when it said; else (or
                 # when that removes nothing) by the next rule that still removes something.
-                counted = exc.prompt_tokens
-                smaller = (
-                    self._refitted(request, fork_input, instruction, base, counted)
-                    if counted is not None
-                    else fork_input
-                )
-                if _size(smaller) >= _size(fork_input):
+                smaller = None
+                if exc.prompt_tokens is not None and request.request_budget is not None:
+                    rate = exc.prompt_tokens / max(base + request.count(instruction), 1)
+                    smaller = _fit_at(
+                        request, request.request_budget, fork_input, instruction, rate
+                    )
+                if smaller is None or _size(smaller) >= _size(fork_input):
                     smaller = shrink(fork_input, attempt, request.tool_effects)
                 if len(smaller) == len(fork_input) and _size(smaller) >= _size(fork_input):
                     raise SummarizerError(
@@ -387,10 +407,6 @@ class LLMSummarizer:
             except ProviderError as exc:
                 failures.append(f"attempt {attempt + 1}: {exc}")
                 continue
-            except SummarizerError as exc:
-                raise SummarizerError(str(exc), elided) from exc
-            try:
-                summary = self._replacement(request, text)
             except SummarizerError as exc:
                 raise SummarizerError(str(exc), elided) from exc
             return replace(summary, elisions=elided)
@@ -424,7 +440,7 @@ class LLMSummarizer:
         added = request.count(instruction)
         if self._size(request, history, sent) + added <= budget:
             return list(history)
-        fitted = self._fit_at(request, history, instruction, _counted_rate(request, sent))
+        fitted = _fit_at(request, budget, history, instruction, _counted_rate(request, sent))
         if fitted is None:
             room = budget - request.fixed_tokens - added
             raise SummarizerError(
@@ -433,38 +449,6 @@ class LLMSummarizer:
                 f"and the conversation cannot shrink to the {max(room, 0):,} left"
             )
         return fitted
-
-    def _refitted(
-        self,
-        request: SummaryRequest,
-        history: Sequence[Message],
-        instruction: Message,
-        base: int,
-        counted: int,
-    ) -> list[Message]:
-        """The history shrunk until it fits at the provider's own rate: its refusal said
-        what the fork counted, ``counted`` tokens against our ``base`` plus the
-        instruction. The same input back when nothing smaller can fit."""
-        rate = counted / max(base + request.count(instruction), 1)
-        fitted = self._fit_at(request, history, instruction, rate)
-        return list(history) if fitted is None else fitted
-
-    @staticmethod
-    def _fit_at(
-        request: SummaryRequest, history: Sequence[Message], instruction: Message, rate: float
-    ) -> list[Message] | None:
-        """``fit_fork_input`` with every estimate (margin included) times ``rate`` ≥ 1."""
-        if request.request_budget is None:
-            return list(history)
-        rate = max(rate, 1.0)
-
-        def count(message: Message) -> int:
-            estimated = request.count(message)
-            return math.ceil(rate * cautious(estimated, estimated))
-
-        added = math.ceil(rate * request.count(instruction))
-        room = request.request_budget - request.fixed_tokens - added
-        return fit_fork_input(history, room, count, request.tool_effects)
 
     async def _fork(
         self, request: SummaryRequest, history: Sequence[Message], instruction: Message, base: int
