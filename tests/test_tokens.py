@@ -17,16 +17,20 @@ from cairn.tokens import (
     CJK_RANGES,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD_TOKENS,
+    NUMBERED_LINE_TOKENS,
     TOKENIZER_NAMES,
     EstimateTokenizer,
     Tokenizer,
     TokenizerError,
     count_cjk,
+    dense_surcharge,
     estimate_message_tokens,
     estimate_messages_tokens,
     estimate_text_tokens,
     estimate_tokens,
     get_tokenizer,
+    json_lines_surcharge,
+    numbered_lines_surcharge,
 )
 
 # ---------------------------------------------------------------------------
@@ -280,9 +284,45 @@ def test_tool_result_json_vs_prose() -> None:
     assert estimate_message_tokens(tool_result("c", prose)) == MESSAGE_OVERHEAD_TOKENS + (
         estimate_tokens(prose)
     )
-    # The same JSON text from the user counts as prose: only tool results are sniffed.
-    assert estimate_message_tokens(user(doc)) == MESSAGE_OVERHEAD_TOKENS + estimate_tokens(doc)
+    # The same JSON text from the user is a line of JSON: the JSON rate (rounded apart).
     assert estimate_tokens(doc, "json") > estimate_tokens(doc)
+    from_user = estimate_message_tokens(user(doc)) - MESSAGE_OVERHEAD_TOKENS
+    assert abs(from_user - estimate_tokens(doc, "json")) <= 1
+
+
+def test_a_pasted_json_document_counts_at_the_json_rate() -> None:
+    """Issue 25's property test: a user's words, then a pasted JSON-lines dump, counted
+    as prose at ¼ a character — 1.9× under cl100k, past the margin on a first request
+    that no usage had measured yet. Its lines count at the JSON rate; the words do not,
+    nor do brackets inside a line of prose."""
+    words = "please look at these rows, the ids repeat:"
+    rows = '{"id": 38145198, "price": 62814.2193, "values": [-76062, 38260]},'
+    pretty = '  "name": "cairn",\n  "tags": ["a", "b"],'
+    pasted = "\n".join([words, "", *[rows] * 20])
+    # The lines themselves, not the line breaks between them.
+    json_chars = 20 * len(rows)
+    assert json_lines_surcharge(pasted) == json_chars // 4
+    assert estimate_text_tokens(pasted) == (
+        estimate_tokens(pasted) + json_chars // 4 + dense_surcharge(pasted)
+    )
+    assert json_lines_surcharge(pretty) == (len(pretty) - 1) // 4
+    assert json_lines_surcharge(words) == 0
+    assert json_lines_surcharge("see [the docs] and {this} in a sentence") == 0
+    assert json_lines_surcharge("[truncated by the host]\n[the docs](https://x.y)") == 0
+    assert json_lines_surcharge("{\n[1, 2]\n") == (1 + 6) // 4
+    # A CJK character already counts 1 at both rates.
+    assert json_lines_surcharge('{"名前": 1}') == (len('{"名前": 1}') - 2) // 4
+
+
+def test_read_file_line_numbers_count_at_their_cost() -> None:
+    """``read_file``'s ``{n:>6}\\t`` prefix is four cl100k tokens where the formula counts
+    seven characters at ¼: 2¼ tokens more a line (code read through it came out at 1.27×
+    under cl100k)."""
+    numbered = "\n".join(f"{n:>6}\tx = {n}" for n in range(1, 9))
+    assert numbered_lines_surcharge(numbered) == 8 * 9 // 4
+    assert numbered_lines_surcharge("no tabs here") == 0
+    assert numbered_lines_surcharge("a\tb\n\tindented") == 0
+    assert NUMBERED_LINE_TOKENS == 4
 
 
 def test_a_json_file_counts_as_json_read_with_line_numbers_or_cat() -> None:

@@ -112,9 +112,53 @@ def dense_surcharge(text: str, kind: TextKind = "text") -> int:
     return max(0, int(extra + 0.5))
 
 
+#: A line of JSON inside other text (after a ``read_file`` line number, if any): one
+#: that opens with a bracket or a brace followed by a value (``{"``, ``[1``, ``[{``) or
+#: by nothing, or with a quoted key. ``[a note]`` and ``[link](url)`` are prose.
+_JSON_LINE = re.compile(
+    r'^[ \t]*(?:\d+\t[ \t]*)?(?:[\[{][ \t]*(?:["{}\[\]\d-]|$)|"[^"\n]*"[ \t]*:).*$',
+    re.MULTILINE,
+)
+
+
+def json_lines_surcharge(text: str) -> int:
+    """The tokens the prose rate misses on the lines of JSON in a text.
+
+    The seeds count JSON at ½ token per character; a document pasted into a
+    message after a line of the user's words, or records in a log, are JSON
+    all the same (at the prose rate, cl100k counts 1.9× the estimate). The
+    difference between the two rates on those lines is ``(chars − cjk) / 4``.
+    """
+    if "{" not in text and "[" not in text and '":' not in text:
+        return 0
+    chars = cjk = 0
+    for match in _JSON_LINE.finditer(text):
+        line = match.group()
+        chars += len(line)
+        cjk += count_cjk(line)
+    return (chars - cjk) // 4
+
+
+#: A ``read_file`` line number (``{number:>6}\t``) costs four tokens (cl100k, o200k:
+#: the run of spaces, the digits, the tab), where the formula counts 7 characters.
+NUMBERED_LINE_TOKENS = 4
+_NUMBERED_LINE = re.compile(r"^ *\d+\t", re.MULTILINE)
+
+
+def numbered_lines_surcharge(text: str) -> int:
+    """The tokens the formula misses on ``read_file``'s line numbers (2¼ a line)."""
+    if "\t" not in text:
+        return 0
+    lines = len(_NUMBERED_LINE.findall(text))
+    return (lines * (4 * NUMBERED_LINE_TOKENS - 7) + 3) // 4
+
+
 def estimate_text_tokens(text: str, kind: TextKind = "text") -> int:
-    """The pipeline's estimate of a text: the seeds' formula plus its ``dense_surcharge``."""
-    return estimate_tokens(text, kind) + dense_surcharge(text, kind)
+    """The pipeline's estimate of a text: the seeds' formula, its lines of JSON at the
+    JSON rate and its line numbers at their cost, plus its ``dense_surcharge``."""
+    extra = json_lines_surcharge(text) if kind == "text" else 0
+    extra += numbered_lines_surcharge(text)
+    return estimate_tokens(text, kind) + extra + dense_surcharge(text, kind)
 
 
 #: A ``read_file`` line-number prefix: the same JSON file counts the same read or cat.

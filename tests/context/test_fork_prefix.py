@@ -62,7 +62,9 @@ def test_every_fork_extends_its_main_request_byte_for_byte(
         return Reply(text=SUMMARY) if is_fork(body) else (plan.pop(0) if plan else Reply("ok"))
 
     openai_server.respond_with(model)
-    config = ModelConfig(model="m", base_url=openai_server.base_url, context_window=12_288)
+    # Small enough for several compactions, big enough that a fork (the request past the
+    # line + the instruction) fits the budget with the margin on its estimated part.
+    config = ModelConfig(model="m", base_url=openai_server.base_url, context_window=14_336)
     runtime = Runtime(
         workspace,
         config,

@@ -33,7 +33,7 @@ from cairn.messages import (
     Message,
     message_to_wire,
 )
-from cairn.tokens import estimate_message_tokens, estimate_tokens
+from cairn.tokens import estimate_message_tokens, estimate_text_tokens
 
 SESSION = "s1"
 
@@ -519,7 +519,7 @@ def test_scenario_5_no_task_section_without_tasks(ws: Path) -> None:
 def test_estimate_of_a_cut_file_is_counted_on_the_whole_message(ws: Path) -> None:
     path = write(ws / "wide.txt", "y" * 100_000)
     (message,) = file_messages(restore(Source(ws, [read(path, 1, ws=ws)])))
-    assert estimate_tokens(message.text) + 4 == estimate_message_tokens(message)
+    assert estimate_text_tokens(message.text) + 4 == estimate_message_tokens(message)
     assert estimate_message_tokens(message) <= MAX_FILE_TOKENS
     assert "the file has 100,000 bytes" in message.text
 
