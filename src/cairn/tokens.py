@@ -114,10 +114,11 @@ def dense_surcharge(text: str, kind: TextKind = "text") -> int:
 
 #: A line of JSON inside other text (after a ``read_file`` line number, if any): one
 #: that opens with a bracket or a brace followed by a value (``{"``, ``[1``, ``[{``) or
-#: by nothing, or with a quoted key. ``[a note]`` and ``[link](url)`` are prose.
+#: by nothing, or with a quoted key. ``[a note]`` and ``[link](url)`` are prose. The
+#: pattern starts at a line break (a literal the engine searches for quickly); the
+#: text is searched with one put before it, so the first line counts too.
 _JSON_LINE = re.compile(
-    r'^[ \t]*(?:\d+\t[ \t]*)?(?:[\[{][ \t]*(?:["{}\[\]\d-]|$)|"[^"\n]*"[ \t]*:).*$',
-    re.MULTILINE,
+    r'\n[ \t]*(?:\d+\t[ \t]*)?(?:[\[{][ \t]*(?:["{}\[\]\d-]|(?=\n|\Z))|"[^"\n]*"[ \t]*:)[^\n]*'
 )
 
 
@@ -132,9 +133,9 @@ def json_lines_surcharge(text: str) -> int:
     if "{" not in text and "[" not in text and '":' not in text:
         return 0
     chars = cjk = 0
-    for match in _JSON_LINE.finditer(text):
+    for match in _JSON_LINE.finditer("\n" + text):
         line = match.group()
-        chars += len(line)
+        chars += len(line) - 1
         cjk += count_cjk(line)
     return (chars - cjk) // 4
 
@@ -142,14 +143,19 @@ def json_lines_surcharge(text: str) -> int:
 #: A ``read_file`` line number (``{number:>6}\t``) costs four tokens (cl100k, o200k:
 #: the run of spaces, the digits, the tab), where the formula counts 7 characters.
 NUMBERED_LINE_TOKENS = 4
-_NUMBERED_LINE = re.compile(r"^ *\d+\t", re.MULTILINE)
+_LINE_NUMBER = re.compile(r"\s*\d+\t")
 
 
 def numbered_lines_surcharge(text: str) -> int:
-    """The tokens the formula misses on ``read_file``'s line numbers (2¼ a line)."""
-    if "\t" not in text:
+    """The tokens the formula misses on ``read_file``'s line numbers (2¼ a line).
+
+    ``read_file`` numbers every line it shows, so a text whose first line is
+    numbered is counted as numbered throughout: one count of line breaks, not
+    a search per line (a note after the last line costs 2¼ tokens too many).
+    """
+    if _LINE_NUMBER.match(text) is None:
         return 0
-    lines = len(_NUMBERED_LINE.findall(text))
+    lines = text.count("\n") + (not text.endswith("\n"))
     return (lines * (4 * NUMBERED_LINE_TOKENS - 7) + 3) // 4
 
 
@@ -159,10 +165,6 @@ def estimate_text_tokens(text: str, kind: TextKind = "text") -> int:
     extra = json_lines_surcharge(text) if kind == "text" else 0
     extra += numbered_lines_surcharge(text)
     return estimate_tokens(text, kind) + extra + dense_surcharge(text, kind)
-
-
-#: A ``read_file`` line-number prefix: the same JSON file counts the same read or cat.
-_LINE_NUMBER = re.compile(r"\s*\d+\t")
 
 
 def _looks_like_json(text: str) -> bool:
