@@ -175,6 +175,7 @@ def _run_print(args: argparse.Namespace) -> int:
             max_output_tokens=args.max_output_tokens,
             permission_mode=args.permission_mode,
             max_turns=args.max_turns,
+            instructions=args.instructions,
             workspace=Path.cwd(),
         )
     )
@@ -191,13 +192,14 @@ def _run_terminal(args: argparse.Namespace) -> int:
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
             permission_mode=args.permission_mode,
+            instructions=args.instructions,
             workspace=Path.cwd(),
         )
     )
 
 
 def _add_model_flags(parser: argparse.ArgumentParser, permission_help: str) -> None:
-    """The model and permission flags, also after a subcommand (``cairn acp --model M``).
+    """The model, permission and instructions flags, also after a subcommand (``acp --model M``).
 
     SUPPRESS: given after the subcommand they win, else the ones given before it stand.
     """
@@ -213,6 +215,17 @@ def _add_model_flags(parser: argparse.ArgumentParser, permission_help: str) -> N
         choices=("ask", "accept-edits", "bypass"),
         default=argparse.SUPPRESS,
         help=f"{permission_help}: accept-edits by default",
+    )
+    _add_instructions_flag(parser, default=argparse.SUPPRESS)
+
+
+def _add_instructions_flag(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument(
+        "--no-instructions",
+        dest="instructions",
+        action="store_false",
+        default=default,
+        help="do not read AGENTS.md / CLAUDE.md (the user's and the workspace's) into the prompt",
     )
 
 
@@ -283,6 +296,7 @@ def _run_acp(args: argparse.Namespace) -> int:
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
             permission_mode=args.permission_mode,
+            instructions=args.instructions,
             workspace=Path.cwd(),
         )
     )
@@ -320,6 +334,7 @@ def _run_web(args: argparse.Namespace) -> int:
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
             permission_mode=args.permission_mode,
+            instructions=args.instructions,
             workspace=Path.cwd(),
         )
     )
@@ -384,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     headless.add_argument("--max-turns", type=int, default=50, help="requests at most")
+    _add_instructions_flag(parser, default=True)
     terminal = parser.add_argument_group(
         "the terminal app (cairn with no PROMPT; --resume, --model and the window flags apply)"
     )

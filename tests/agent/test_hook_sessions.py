@@ -98,6 +98,8 @@ def cli_env(server: OpenAIServer, home: Path, **extra: str) -> dict[str, str]:
         "CAIRN_MODEL": "test-model",
         "OPENAI_BASE_URL": server.base_url,
         "CAIRN_HOME": str(home),
+        # A window: the notices counted are the hooks' (no "automatic compaction is off").
+        "CAIRN_CONTEXT_WINDOW": "128000",
         **extra,
     }
 

@@ -126,6 +126,8 @@ def test_cairn_p_answers_by_its_permission_mode(
         "CAIRN_MODEL": "test-model",
         "OPENAI_BASE_URL": openai_server.base_url,
         "CAIRN_HOME": str(tmp_path / "home"),
+        # A window: the only notice is the refusal (no "automatic compaction is off").
+        "CAIRN_CONTEXT_WINDOW": "128000",
     }
     done = cairn_p("-p", "write a.txt", "--permission-mode", "ask", cwd=workspace, env=env)
     assert done.returncode == 0, done.stderr

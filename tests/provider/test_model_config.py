@@ -239,10 +239,19 @@ def test_cairn_p_gives_up_on_a_silent_server_at_the_configured_deadline(
     if layer == "settings":
         write(
             home / "settings.json",
-            {"model": {"model": "m", "base_url": base, "first_byte_timeout": 0.5}},
+            # A window, so that the only line is the error (no "compaction is off" notice).
+            {
+                "model": {
+                    "model": "m",
+                    "base_url": base,
+                    "first_byte_timeout": 0.5,
+                    "context_window": 32_768,
+                }
+            },
         )
     else:
         env |= {"CAIRN_MODEL": "m", "OPENAI_BASE_URL": base, "CAIRN_FIRST_BYTE_TIMEOUT": "0.5"}
+        env["CAIRN_CONTEXT_WINDOW"] = "32768"
     openai_server.respond_with(lambda body: Reply(stall_before_headers=True))
     done = cairn_p("-p", "hello", cwd=workspace, env=env)
     assert done.returncode == 1

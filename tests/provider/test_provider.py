@@ -701,7 +701,11 @@ def test_accumulator_gives_a_call_without_id_a_stable_one() -> None:
 def test_model_from_env() -> None:
     assert model_from_env({}) is None
     assert model_from_env({"CAIRN_MODEL": "  "}) is None
-    assert model_from_env({"CAIRN_MODEL": "gpt-4o-mini"}) == ModelConfig(model="gpt-4o-mini")
+    assert model_from_env({"CAIRN_MODEL": "my-model"}) == ModelConfig(model="my-model")
+    # A model the registry knows brings its window and image support (issue 26).
+    assert model_from_env({"CAIRN_MODEL": "gpt-4o-mini"}) == ModelConfig(
+        model="gpt-4o-mini", context_window=128_000, images=True
+    )
     full = model_from_env(
         {
             "CAIRN_MODEL": "deepseek-chat",

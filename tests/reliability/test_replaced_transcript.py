@@ -229,6 +229,8 @@ def test_cairn_p_says_where_the_session_went_and_it_resumes(
         "OPENAI_BASE_URL": openai_server.base_url,
         "OPENAI_API_KEY": "test",
         "CAIRN_HOME": str(home),
+        # A window: the one notice is where the session went (not "compaction is off").
+        "CAIRN_CONTEXT_WINDOW": "128000",
     }
     held = threading.Event()
     reply = Reply(text="the first answer", hold=held)

@@ -97,6 +97,8 @@ def env_for(server: OpenAIServer, home: Path) -> dict[str, str]:
         "OPENAI_BASE_URL": server.base_url,
         "OPENAI_API_KEY": "test",
         "CAIRN_HOME": str(home),
+        # A window: the one line is the failure's (no "automatic compaction is off").
+        "CAIRN_CONTEXT_WINDOW": "128000",
     }
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from cairn.agent.loop import StoreFailedError, store_failure
+from cairn.agent.mcp.report import mcp_report
 from cairn.agent.session import Runtime
 from cairn.context.budget import handoff_line, output_reserve
 from cairn.context.hooks import CompactionBlockedError
@@ -30,9 +31,10 @@ HELP = """Commands:
   /clear                   start a new session (the old one stays on disk)
   /resume [id]             resume a session of this workspace (no id: list them)
   /status                  model, window, tokens, phase and compactions so far
+  /mcp                     MCP servers: their state and their tools
   /help                    this list"""
 
-COMMANDS = ("/compact", "/clear", "/resume", "/status", "/help")
+COMMANDS = ("/compact", "/clear", "/resume", "/status", "/mcp", "/help")
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,16 @@ async def run_command(runtime: Runtime, name: str, argument: str) -> CommandOutc
         return await _resume(runtime, argument or None)
     if name == "/status":
         return _status(runtime)
+    if name == "/mcp":
+        return await _mcp(runtime)
     return CommandOutcome(HELP)
+
+
+async def _mcp(runtime: Runtime) -> CommandOutcome:
+    session = runtime.current
+    # The servers start with the session: one not started yet starts now.
+    await session.start()
+    return CommandOutcome(mcp_report(runtime.mcp, session.tools, session.pipeline.input_budget))
 
 
 async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome:
@@ -148,7 +159,7 @@ def _status(runtime: Runtime) -> CommandOutcome:
             f"thresholds   handoff above {handoff_line(limit, config.handoff_ratio):,}, "
             f"compaction at {math.ceil(config.compact_ratio * limit):,}"
             if limit
-            else "thresholds   unknown (no window)"
+            else "thresholds   none: automatic compaction is off until a window is set"
         ),
         f"phase        {snapshot.phase}",
         f"compactions  {session.pipeline.epoch}",

@@ -32,6 +32,9 @@ from cairn.agent.events import (
     StatusChange,
 )
 from cairn.agent.hooks import HookRunner
+from cairn.agent.instructions import InstructionFiles, with_instructions
+from cairn.agent.mcp.client import McpManager
+from cairn.agent.mcp.tool_search import install_mcp_tools
 from cairn.agent.settings import Settings
 from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
 from cairn.agent.state import STATE_KEY, SessionState
@@ -46,7 +49,7 @@ from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.messages import Message, new_id, system
 from cairn.prompts import load_prompt
-from cairn.provider import ChatProvider, ModelConfig
+from cairn.provider import ChatProvider, ModelConfig, window_notice
 from cairn.store import (
     SessionRecord,
     StateRecord,
@@ -113,6 +116,12 @@ class Session:
         #: Notices found while opening (a damaged state record), shown by ``start()``
         #: once a surface listens.
         self._open_notices: list[str] = []
+        #: AGENTS.md / CLAUDE.md, re-read before a request when one changed; ``None``: off.
+        self.instructions: InstructionFiles | None = (
+            InstructionFiles(self.workspace, runtime.home, on_notice=self._instruction_notice)
+            if runtime.instructions
+            else None
+        )
         if resume:
             store = stores.open(self.workspace, session_id)
             self._restore_state(store)
@@ -176,6 +185,9 @@ class Session:
         prompt = load_prompt("system").format(
             workspace=self.workspace, skills=skills_prompt(self.catalog)
         )
+        if self.instructions is not None:
+            # Fixed context, never history: no compaction summarizes or drops them.
+            prompt = with_instructions(prompt, self.instructions.load(self.state.cwd()))
         return FixedContext((system(prompt),), tuple(self.tools.schemas()))
 
     def tool_context(self) -> ToolContext:
@@ -189,6 +201,7 @@ class Session:
             clock=time.time,
             files=self.runtime.host_files,
             terminal=self.runtime.host_terminal,
+            allow=self.runtime.settings.permissions.allow,
         )
 
     def set_status(self, status: SessionStatus) -> None:
@@ -316,9 +329,19 @@ class Session:
         source, self._start_source = self._start_source, None
         if source is None or self._closed:
             return
+        if self.instructions is not None:
+            # Read now, so their notices come when the session opens, not at its first request.
+            self.instructions.load(self.state.cwd())
+        window = self.runtime.take_window_notice()
+        if window is not None:
+            self.events.publish(Notice(window))
         for notice in self._open_notices:
             self.events.publish(Notice(notice))
         self._open_notices.clear()
+        # MCP servers start with the runtime's first session (a failure is one
+        # notice); their tools join this session's fixed context from here on.
+        await self.runtime.mcp.start()
+        install_mcp_tools(self.runtime.mcp, self.tools, self.state, self.pipeline.input_budget)
         outcome = await self.hooks.session_start(source)
         for notice in outcome.notices:
             self.events.publish(Notice(notice))
@@ -328,6 +351,12 @@ class Session:
             return
         self.pipeline.add(reminder)
         self.pipeline.end_turn()
+
+    def _instruction_notice(self, text: str) -> None:
+        if self._start_source is not None:
+            self._open_notices.append(text)  # nobody may listen yet: ``start()`` shows it
+        else:
+            self.events.publish(Notice(text))
 
     # -- state persistence -------------------------------------------------------
 
@@ -360,6 +389,7 @@ class Runtime:
         store_factory: StoreFactory | None = None,
         host_files: HostFiles | None = None,
         host_terminal: HostTerminal | None = None,
+        instructions: bool = True,
     ) -> None:
         self.workspace = Path(normalize_workspace(workspace))
         self.model = model
@@ -382,8 +412,17 @@ class Runtime:
         #: The hosting editor's file I/O and terminal (ACP), given to every tool; ``None``: local.
         self.host_files = host_files
         self.host_terminal = host_terminal
+        #: Read AGENTS.md / CLAUDE.md into every session's system prompt (``--no-instructions``).
+        self.instructions = instructions
         self._current: Session | None = None
         self._switch_callbacks: list[Callable[[Session], None]] = []
+        #: The MCP servers of ``settings.mcpServers``, started by the first ``session.start()``.
+        self.mcp = McpManager(
+            self.settings.mcpServers, workspace=self.workspace, notify=self._mcp_notice
+        )
+        #: The first session to start says once that a model without a window
+        #: runs without automatic compaction (``take_window_notice``).
+        self._window_notice_due = True
 
     @property
     def current(self) -> Session:
@@ -395,6 +434,18 @@ class Runtime:
     def current_session(self) -> Session | None:
         """The current session, or ``None`` before the first one is opened."""
         return self._current
+
+    def take_window_notice(self) -> str | None:
+        """The line about a model with no window (``window_notice``), once per runtime.
+
+        The first session to start publishes it, so every surface shows it the
+        way it shows any notice; later sessions (``/clear``, ``/resume``) do
+        not repeat it.
+        """
+        if not self._window_notice_due:
+            return None
+        self._window_notice_due = False
+        return window_notice(self.model)
 
     def current_id(self) -> str:
         return self._current.id if self._current else ""
@@ -487,10 +538,15 @@ class Runtime:
             self._current = None
         return self.store_factory.delete(self.workspace, session_id)
 
+    def _mcp_notice(self, text: str) -> None:
+        if self._current is not None:
+            self._current.events.publish(Notice(text))
+
     def close(self) -> None:
         if self._current is not None:
             self._current.close()
             self._current = None
+        self.mcp.close()  # every server stopped, a stdio server's process group too
         if self._owns_store_factory:
             self.store_factory.close()
 

@@ -13,6 +13,12 @@ Merging, key by key at the top level:
   project that sets ``keep_rounds`` keeps the user's ``tokenizer``);
 - ``model``: the project's entry replaces the user's whole (an endpoint's URL,
   key variable, model name and window belong together);
+- ``models``: merged by model name, and field by field within one (each figure
+  of the model registry is an independent fact, ``cairn.provider.registry``);
+- ``mcpServers``: merged by server name; the project's entry for a name
+  replaces the user's whole (Claude Code's rule: a command and its arguments
+  belong together);
+- ``permissions.allow``: the two lists are combined (either file may allow a tool);
 - anything else: the project's value replaces the user's.
 
 The ``hooks`` section follows Claude Code's format, so existing hook scripts
@@ -45,12 +51,15 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cairn.agent.mcp.config import McpServers
+from cairn.agent.tools.permissions import PermissionsSettings
 from cairn.agent.validation import describe_validation_error
 from cairn.context.config import CompactionConfig
 from cairn.context.hooks import SessionStartSource
 from cairn.errors import CairnError
 from cairn.messages import json_kind
 from cairn.provider.config import ModelEntry
+from cairn.provider.registry import ModelName, ModelOverride
 from cairn.store.paths import cairn_home
 from cairn.store.postgres import mask_url
 from cairn.store.records import Trigger
@@ -218,9 +227,15 @@ class Settings(BaseModel):
 
     hooks: HooksSettings = Field(default_factory=HooksSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    #: MCP servers by name, Claude Code's shape (``cairn.agent.mcp.config``).
+    mcpServers: McpServers = Field(default_factory=dict)  # noqa: N815  (Claude Code's key)
+    #: Tools that run without asking (``cairn.agent.tools.permissions``).
+    permissions: PermissionsSettings = Field(default_factory=PermissionsSettings)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     #: The settings layer of the one model configuration (``cairn.provider.ModelEntry``).
     model: ModelEntry | None = None
+    #: Corrections and additions to the model registry, by model name or pattern.
+    models: dict[ModelName, ModelOverride] = Field(default_factory=dict)
 
 
 def user_settings_path(home: Path | None = None) -> Path:
@@ -314,6 +329,20 @@ def merge_raw_settings(user: Mapping[str, Any], project: Mapping[str, Any]) -> d
         merged["hooks"] = hooks
     if "compaction" in user and "compaction" in project:
         merged["compaction"] = {**user["compaction"], **project["compaction"]}
+    if "mcpServers" in user and "mcpServers" in project:
+        merged["mcpServers"] = {**user["mcpServers"], **project["mcpServers"]}
+    if "permissions" in user and "permissions" in project:
+        allow = [*user["permissions"].get("allow", []), *project["permissions"].get("allow", [])]
+        merged["permissions"] = {
+            **user["permissions"],
+            **project["permissions"],
+            "allow": list(dict.fromkeys(allow)),
+        }
+    if "models" in user and "models" in project:
+        models: dict[str, dict[str, Any]] = {k: dict(v) for k, v in user["models"].items()}
+        for name, entry in project["models"].items():
+            models[name] = {**models.get(name, {}), **entry}
+        merged["models"] = models
     return merged
 
 

@@ -1,4 +1,5 @@
-"""The session state compaction must carry across: reads, plan mode, skills, tasks, todos.
+"""The session state compaction must carry across: reads, plan mode, skills, tasks, todos,
+and the MCP tools ``tool_search`` loaded (their schemas stay in the fixed context).
 
 It is the agent's side of ``cairn.context.restore.RestorationSource``, and it
 is persisted as ``state`` records so a resumed session restores it too.
@@ -38,6 +39,8 @@ class SessionState:
     skills: list[InvokedSkill] = field(default_factory=list)
     tasks: dict[str, BackgroundTask] = field(default_factory=dict)
     todos: list[Todo] = field(default_factory=list)
+    #: Deferred MCP tools loaded by ``tool_search``: a resumed session sends them again.
+    loaded_tools: list[str] = field(default_factory=list)
     on_change: Callable[[SessionState], None] | None = None
 
     # -- RestorationSource --------------------------------------------------
@@ -88,6 +91,12 @@ class SessionState:
         self.todos = list(todos)
         self._changed()
 
+    def record_loaded_tools(self, names: Sequence[str]) -> None:
+        new = [name for name in names if name not in self.loaded_tools]
+        if new:
+            self.loaded_tools = [*self.loaded_tools, *new]
+            self._changed()
+
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change(self)
@@ -104,6 +113,7 @@ class SessionState:
             ),
             tasks=tuple(_StoredTask(t.id, t.description, t.status) for t in self.tasks.values()),
             todos=tuple(_StoredTodo(t.content, t.status) for t in self.todos),
+            loaded_tools=tuple(self.loaded_tools),
         )
         data: JSONObject = _SNAPSHOT.dump(snapshot)
         return data
@@ -135,6 +145,7 @@ class SessionState:
             Todo(t.content, t.status or "pending")
             for t in _restore_items(data, "todos", warnings, _TODO)
         ]
+        self.loaded_tools = _restore_items(data, "loaded_tools", warnings, _TOOL_NAME)
         return warnings
 
 
@@ -160,6 +171,7 @@ def _not_a_boolean(value: object) -> object:
 
 
 _StoredPath: TypeAlias = Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]
+_ToolName: TypeAlias = Annotated[str, Field(min_length=1)]
 _Timestamp: TypeAlias = Annotated[
     float, Field(allow_inf_nan=False), BeforeValidator(_not_a_boolean)
 ]
@@ -199,6 +211,8 @@ class _Snapshot:
     skills: tuple[_StoredSkill, ...]
     tasks: tuple[_StoredTask, ...]
     todos: tuple[_StoredTodo, ...]
+    #: Absent from snapshots written before MCP tools could be loaded.
+    loaded_tools: tuple[_ToolName, ...] = ()
 
 
 _SNAPSHOT: Codec[_Snapshot] = Codec(_Snapshot, error=_BadPartError, what="state")
@@ -206,6 +220,7 @@ _READ: Codec[_StoredRead] = Codec(_StoredRead, error=_BadPartError, what="")
 _SKILL: Codec[_StoredSkill] = Codec(_StoredSkill, error=_BadPartError, what="")
 _TASK: Codec[_StoredTask] = Codec(_StoredTask, error=_BadPartError, what="")
 _TODO: Codec[_StoredTodo] = Codec(_StoredTodo, error=_BadPartError, what="")
+_TOOL_NAME: Codec[str] = Codec(_ToolName, error=_BadPartError, what="")
 _PLAN_FILE: Codec[str | None] = Codec(_StoredPath | None, error=_BadPartError, what="")
 
 

@@ -72,6 +72,8 @@ def _allowed_keys(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str
             tp = args[0]
         elif isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
             tp = tp.model_fields[part].annotation
+        elif get_origin(tp) in (dict, Mapping) and len(get_args(tp)) == 2:
+            tp = get_args(tp)[1]  # a key the user names (``models.<name>``): the value's type
         else:
             return []
     tp = _without_none(tp)

@@ -6,6 +6,8 @@ the official SDK as ``StreamEvent`` objects, ``TurnAccumulator`` folds them
 into an assistant ``Message``, and every failure is a ``ProviderError``
 naming the endpoint — ``ContextLimitError`` when the request does not fit the
 window, ``ProviderTimeoutError`` when one of the configured deadlines passed.
+The model registry (``lookup``) knows the window, output cap, image support
+and prices of the models people run; ``price`` turns token counts into USD.
 """
 
 from cairn.provider.client import OpenAIProvider
@@ -16,6 +18,7 @@ from cairn.provider.config import (
     env_entry,
     model_from_env,
     resolve_model,
+    window_notice,
 )
 from cairn.provider.errors import (
     CONTEXT_LIMIT_CODES,
@@ -37,6 +40,14 @@ from cairn.provider.events import (
     usage_from_wire,
 )
 from cairn.provider.protocol import ChatProvider
+from cairn.provider.registry import (
+    ModelInfo,
+    ModelOverride,
+    Prices,
+    TokenCounts,
+    lookup,
+    price,
+)
 from cairn.provider.request import ChatRequest, chat_request
 
 __all__ = [
@@ -50,11 +61,15 @@ __all__ = [
     "ModelConfig",
     "ModelConfigError",
     "ModelEntry",
+    "ModelInfo",
+    "ModelOverride",
     "OpenAIProvider",
+    "Prices",
     "ProviderError",
     "ProviderTimeoutError",
     "ReasoningDelta",
     "StreamEvent",
+    "TokenCounts",
     "ToolCallDelta",
     "TurnAccumulator",
     "UsageEvent",
@@ -62,7 +77,10 @@ __all__ = [
     "env_entry",
     "events_from_chunk",
     "is_context_limit",
+    "lookup",
     "model_from_env",
+    "price",
     "resolve_model",
     "usage_from_wire",
+    "window_notice",
 ]

@@ -41,6 +41,13 @@ usually do), and an image sent to one fails the request — and every request
 after it, since the image stays in the history. With it off, an attached
 image reaches the model as a text placeholder and the user is told how to
 turn it on; hosted vision models (GPT-4o, Claude, Gemini, Qwen-VL …) want it on.
+
+The model registry (``cairn.provider.registry``) lies beneath every layer:
+for a model it knows, it supplies ``context_window`` and ``images`` when no
+layer sets them, so a known model needs no ``CAIRN_CONTEXT_WINDOW``; the
+``models`` section of ``settings.json`` corrects or extends it. A model with
+no window from anywhere runs without handoff and compaction, and
+``window_notice`` is the one line every surface shows about it.
 """
 
 from __future__ import annotations
@@ -54,6 +61,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cairn.errors import CairnError
 from cairn.messages import JSONValue
+from cairn.provider.limits import MIN_CONTEXT_WINDOW as MIN_CONTEXT_WINDOW
+from cairn.provider.registry import ModelOverrides, lookup
 
 #: Body keys the request builder owns; a generation parameter may not set them.
 RESERVED_PARAMS: frozenset[str] = frozenset(
@@ -82,8 +91,12 @@ TIMEOUT_ENV: Mapping[str, str] = {
     "idle_timeout": ENV_IDLE_TIMEOUT,
     "request_timeout": ENV_REQUEST_TIMEOUT,
 }
-#: The smallest window accepted anywhere: below it no request has room to work.
-MIN_CONTEXT_WINDOW = 1_024
+#: What every surface says, once, about a model whose window nobody gave: one
+#: line, the same words everywhere (``window_notice``).
+NO_WINDOW_NOTICE = (
+    "no context window is known for model {model!r}: automatic compaction is off until one "
+    "is set (CAIRN_CONTEXT_WINDOW, or model.context_window in settings.json)"
+)
 
 
 class ModelConfigError(CairnError, ValueError):
@@ -169,12 +182,16 @@ class ModelEntry(BaseModel):
 
 
 def resolve_model(
-    *layers: ModelEntry | None, params: Mapping[str, JSONValue] | None = None
+    *layers: ModelEntry | None,
+    params: Mapping[str, JSONValue] | None = None,
+    models: ModelOverrides | None = None,
 ) -> ModelConfig | None:
     """The model configuration the layers add up to; later layers win field by field.
 
     ``None`` when no layer names a model. Pass the layers in precedence
-    order: settings, environment, command line.
+    order: settings, environment, command line. Beneath them all, the model
+    registry with the settings' ``models`` laid over it gives the window and
+    image support of a model it knows (``cairn.provider.registry.lookup``).
     """
     merged: dict[str, object] = {}
     for layer in layers:
@@ -183,6 +200,12 @@ def resolve_model(
     model = merged.pop("model", None)
     if not isinstance(model, str) or not model.strip():
         return None
+    known = lookup(model.strip(), models)
+    if known is not None:
+        # Defaults only: any layer that names a value wins. The registry's output
+        # limit is not among them (it would go out as max_tokens; see registry).
+        merged.setdefault("context_window", known.context_window)
+        merged.setdefault("images", known.images)
     return ModelConfig(
         model=model.strip(),
         base_url=_optional_str(merged.get("base_url")),
@@ -219,6 +242,13 @@ def env_entry(environ: Mapping[str, str] = os.environ) -> ModelEntry:
         request_timeout=_env_seconds(environ, ENV_REQUEST_TIMEOUT),
         images=_env_flag(environ, ENV_IMAGES),
     )
+
+
+def window_notice(model: ModelConfig) -> str | None:
+    """The one line about a model without a window (``NO_WINDOW_NOTICE``); else ``None``."""
+    if model.context_window is not None:
+        return None
+    return NO_WINDOW_NOTICE.format(model=model.model)
 
 
 def model_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig | None:

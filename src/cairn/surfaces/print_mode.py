@@ -60,6 +60,8 @@ class PrintArgs:
     max_output_tokens: int | None = None
     permission_mode: PermissionMode = "accept-edits"
     max_turns: int = 50
+    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
+    instructions: bool = True
     workspace: Path = Path()
 
 
@@ -97,6 +99,7 @@ async def _run(
             settings=settings,
             permission_mode=args.permission_mode,
             answers_permissions=True,
+            instructions=args.instructions,
         )
         on_stderr = _StderrNotices()
         printer = _print_event if args.output_format == "stream-json" else on_stderr
@@ -216,7 +219,11 @@ def load_cli_model(
 
 
 def resolve_cli_model(settings: Settings, args: PrintArgs) -> ModelConfig | None:
-    """Settings (user, then project), then the environment, then the flags: the last wins."""
+    """Settings (user, then project), then the environment, then the flags: the last wins.
+
+    Beneath them, the model registry with the settings' ``models`` gives a known
+    model's window and image support (``resolve_model``).
+    """
     for flag, value, low in (
         ("--context-window", args.context_window, MIN_CONTEXT_WINDOW),
         ("--max-output-tokens", args.max_output_tokens, 1),
@@ -228,7 +235,7 @@ def resolve_cli_model(settings: Settings, args: PrintArgs) -> ModelConfig | None
         context_window=args.context_window,
         max_output_tokens=args.max_output_tokens,
     )
-    return resolve_model(settings.model, env_entry(), flags)
+    return resolve_model(settings.model, env_entry(), flags, models=settings.models)
 
 
 def _emit(

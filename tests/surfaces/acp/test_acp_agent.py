@@ -71,7 +71,7 @@ def test_new_session_then_the_commands_list_with_compact_and_its_input_hint(
             await arrived(editor, "available_commands_update")
             update = editor.client.updates(sid)[0]
             commands = {c["name"]: c for c in update["availableCommands"]}
-            assert set(commands) == {"compact", "clear", "status", "help"}
+            assert set(commands) == {"compact", "clear", "status", "mcp", "help"}
             assert commands["compact"]["input"]["hint"]
             # The update came after the response that told the client the session id.
             response_at = next(i for i, m in enumerate(editor.client.wire) if m.get("id") == 1)

@@ -131,6 +131,7 @@ def test_the_completion_line_comes_from_the_help_text() -> None:
         "/clear",
         "/resume [id]",
         "/status",
+        "/mcp",
         "/help",
     ]
     assert completion_hint("/compact now") == "" and completion_hint("hi") == ""

@@ -58,6 +58,9 @@ class ToolContext:
     files: HostFiles | None = None
     #: The host's terminal for foreground bash; ``None``: commands run as local subprocesses.
     terminal: HostTerminal | None = None
+    #: ``permissions.allow``: tool-name patterns that run without asking
+    #: (``cairn.agent.tools.permissions``).
+    allow: tuple[str, ...] = ()
 
 
 class Tool(Protocol):

@@ -16,6 +16,13 @@ Permission (``ToolContext.permission_mode``) concerns writing tools only:
 
 In plan mode every writing tool is refused, except write_file / edit_file on
 the plan file, which also runs without asking: plan mode exists to write it.
+Outside plan mode, a tool matching ``permissions.allow`` (``ToolContext.allow``)
+runs without asking in every mode.
+
+A tool registered as *deferred* (an MCP tool when their schemas would take
+too much of the budget) is known but not sent: its schema joins ``schemas()``
+once it is loaded (``load``, by the ``tool_search`` tool), and a call before
+that is refused with a hint to load it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from cairn.agent.tools.base import PermissionRequest, Tool, ToolContext, ToolRes
 from cairn.agent.tools.bash import Bash, BashOutput
 from cairn.agent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
 from cairn.agent.tools.paths import is_plan_file, plan_file_path
+from cairn.agent.tools.permissions import is_allowed
 from cairn.agent.tools.plan import EnterPlanMode, ExitPlanMode
 from cairn.agent.tools.search import Grep
 from cairn.agent.tools.todo import TodoWrite
@@ -45,13 +53,38 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        #: Deferred tools not loaded yet: registered, callable only once loaded.
+        self._unloaded: set[str] = set()
+        self._deferred: list[str] = []
+        #: Deferred tools loaded so far, in load order: their schemas go last, so
+        #: a load only appends to what the requests carried before.
+        self._loaded: list[str] = []
         for tool in tools:
             self.register(tool)
 
-    def register(self, tool: Tool) -> None:
+    def register(self, tool: Tool, *, deferred: bool = False) -> None:
+        """Add ``tool``; ``deferred``: its schema is not sent until ``load`` names it."""
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        if deferred:
+            self._deferred.append(tool.name)
+            self._unloaded.add(tool.name)
+
+    def deferred_tools(self) -> list[Tool]:
+        """The tools registered as deferred, loaded or not, in registration order."""
+        return [self._tools[name] for name in self._deferred]
+
+    def is_loaded(self, name: str) -> bool:
+        """Whether ``name`` is registered and its schema is sent."""
+        return name in self._tools and name not in self._unloaded
+
+    def load(self, names: Iterable[str]) -> list[str]:
+        """Send these deferred tools' schemas from now on; the names newly loaded."""
+        loaded = [name for name in dict.fromkeys(names) if name in self._unloaded]
+        self._unloaded.difference_update(loaded)
+        self._loaded += loaded
+        return loaded
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -70,7 +103,10 @@ class ToolRegistry:
         return list(self._tools)
 
     def schemas(self) -> list[JSONObject]:
-        return [tool_schema(tool) for tool in self._tools.values()]
+        """What the request carries: every tool not deferred, then the deferred ones loaded."""
+        deferred = set(self._deferred)
+        sent = [name for name in self._tools if name not in deferred] + self._loaded
+        return [tool_schema(self._tools[name]) for name in sent]
 
     def effects(self) -> dict[str, ToolEffect]:
         return {name: tool.effect for name, tool in self._tools.items()}
@@ -88,6 +124,12 @@ class ToolRegistry:
             known = ", ".join(self._tools) or "none"
             return ToolResult(
                 f"unknown tool {call.name!r}; the known tools are: {known}", is_error=True
+            )
+        if call.name in self._unloaded:
+            return ToolResult(
+                f"{call.name} is not loaded: load it with tool_search "
+                f'({{"load": ["{call.name}"]}}) first, then call it with its schema',
+                is_error=True,
             )
         args = _parse_arguments(call)
         if isinstance(args, str):
@@ -119,6 +161,8 @@ class ToolRegistry:
             )
         mode = ctx.permission_mode
         if mode == "bypass" or (mode == "accept-edits" and tool.name in EDIT_TOOLS):
+            return None
+        if is_allowed(tool.name, ctx.allow):
             return None
         request = PermissionRequest(tool.name, _summary(tool, args), orjson.dumps(args).decode())
         if ctx.ask is None:

@@ -37,6 +37,8 @@ class AcpArgs:
     context_window: int | None = None
     max_output_tokens: int | None = None
     permission_mode: PermissionMode = "accept-edits"
+    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
+    instructions: bool = True
     workspace: Path = Path()
 
 
@@ -55,7 +57,7 @@ def run_acp(args: AcpArgs) -> int:
         print(f"cairn acp: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _protect_stdout()
-    asyncio.run(_serve_stdio(model, args.permission_mode))
+    asyncio.run(_serve_stdio(model, args.permission_mode, instructions=args.instructions))
     return 0
 
 
@@ -66,11 +68,14 @@ def _protect_stdout() -> None:
     sys.stdout = protocol  # the write pipe transport keeps it open from here on
 
 
-async def _serve_stdio(model: ModelConfig, permission_mode: PermissionMode) -> None:
+async def _serve_stdio(
+    model: ModelConfig, permission_mode: PermissionMode, *, instructions: bool = True
+) -> None:
     reader, writer = await stdio_streams(limit=READ_CHUNK_BYTES)
     sys.stdout = sys.stderr
     async with OpenAIProvider(model) as provider:
-        await serve(AgentSetup(model, provider, permission_mode), reader, writer)
+        setup = AgentSetup(model, provider, permission_mode, instructions=instructions)
+        await serve(setup, reader, writer)
 
 
 async def serve(

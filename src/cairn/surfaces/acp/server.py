@@ -156,6 +156,8 @@ class AgentSetup:
     #: Cairn's home (transcripts); ``None``: ``CAIRN_HOME`` or ``~/.cairn``.
     home: Path | None = None
     settings: Callable[[Path], Settings] = field(default=load_settings)
+    #: Read AGENTS.md / CLAUDE.md into each session's prompt (``--no-instructions``: false).
+    instructions: bool = True
 
 
 PromptBlock = (
@@ -477,6 +479,7 @@ class CairnAgent:
             home=self.setup.home,
             permission_mode=self.setup.permission_mode,
             answers_permissions=True,
+            instructions=self.setup.instructions,
         )
 
     def _reopen(self, cwd: str, session_id: str) -> Thread:

@@ -3,7 +3,7 @@
 The thread turns the session's events into ``session/update`` notifications,
 asks the editor for permissions, and runs what the user typed: a prompt for
 the model, or one of Cairn's own commands (``/compact``, ``/clear``,
-``/status``, ``/help``), which never reach the model.
+``/status``, ``/mcp``, ``/help``), which never reach the model.
 
 A compaction is shown up to three ways at once (seed 004, DESIGN §8):
 
@@ -95,6 +95,7 @@ HELP = """Cairn handles these itself (they never reach the model):
   /compact [instructions]  summarize the conversation now; instructions focus the summary
   /clear                   start a new session (this one stays on disk)
   /status                  model, window, tokens, thresholds and compactions so far
+  /mcp                     MCP servers: their state and their tools
   /help                    this list
 An earlier session opens from the editor's thread history."""
 
@@ -483,8 +484,8 @@ class Thread:
         if name == "/resume":
             self.say("An earlier session opens from the editor's thread history (session/load).")
             return "end_turn"
-        if name == "/status":
-            outcome = await self.agent.command("/status")
+        if name in ("/status", "/mcp"):
+            outcome = await self.agent.command(name)
             self.say(f"```\n{outcome.text}\n```")
             return "end_turn"
         self.say(HELP)

@@ -69,6 +69,7 @@ COMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("compact", "Summarize the conversation now to free context", "what the summary must keep"),
     ("clear", "Start a new session (this one stays on disk)", None),
     ("status", "Model, window, tokens, thresholds and compactions so far", None),
+    ("mcp", "MCP servers: their state and their tools", None),
     ("help", "The commands Cairn handles itself", None),
 )
 

@@ -42,6 +42,8 @@ class TerminalArgs:
     context_window: int | None = None
     max_output_tokens: int | None = None
     permission_mode: PermissionMode = "accept-edits"
+    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
+    instructions: bool = True
     workspace: Path = Path()
 
 
@@ -67,6 +69,7 @@ async def _run(args: TerminalArgs, model: ModelConfig, settings: Settings) -> in
             settings=settings,
             permission_mode=args.permission_mode,
             answers_permissions=True,
+            instructions=args.instructions,
         )
         if args.resume == "":
             sessions = AgentSession.sessions(runtime)

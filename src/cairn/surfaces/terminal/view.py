@@ -128,7 +128,7 @@ def hint_text(
 
 # -- slash commands -----------------------------------------------------------
 
-AppCommand: TypeAlias = Literal["/compact", "/clear", "/resume", "/status", "/help"]
+AppCommand: TypeAlias = Literal["/compact", "/clear", "/resume", "/status", "/mcp", "/help"]
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ class WebSetup:
     home: Path | None = None
     permission_mode: PermissionMode = "accept-edits"
     settings: Settings = field(default_factory=Settings)
+    #: Read AGENTS.md / CLAUDE.md into each pane's prompt (``--no-instructions``: false).
+    instructions: bool = True
 
     def runtime(self) -> Runtime:
         return Runtime(
@@ -98,6 +100,7 @@ class WebSetup:
             home=self.home,
             permission_mode=self.permission_mode,
             answers_permissions=True,
+            instructions=self.instructions,
         )
 
 
@@ -360,7 +363,7 @@ class Hub:
     def prompt(self, pane_id: str, text: str) -> None:
         pane = self._pane(pane_id)
         command = parse_command(text)
-        if command is not None and command[0] in ("/compact", "/status", "/help"):
+        if command is not None and command[0] in ("/compact", "/status", "/mcp", "/help"):
             # Judged by the runtime: /compact is ignored while a response streams
             # and skipped while one runs — it says so.
             self._start(pane, self._command(pane, *command))

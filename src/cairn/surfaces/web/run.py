@@ -45,6 +45,8 @@ class WebArgs:
     context_window: int | None = None
     max_output_tokens: int | None = None
     permission_mode: PermissionMode = "accept-edits"
+    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
+    instructions: bool = True
     workspace: Path = Path()
 
 
@@ -80,6 +82,7 @@ def run_web(args: WebArgs) -> int:
                 args.workspace.resolve(),
                 permission_mode=args.permission_mode,
                 settings=settings,
+                instructions=args.instructions,
             )
             config = uvicorn.Config(
                 create_app(setup, token),
