@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from cairn.agent.loop import StoreFailedError, store_failure
 from cairn.agent.mcp.report import mcp_report
+from cairn.agent.reports import context_report, cost_report, model_report
 from cairn.agent.session import Runtime
 from cairn.context.budget import handoff_line, output_reserve
 from cairn.context.hooks import CompactionBlockedError
@@ -31,10 +32,23 @@ HELP = """Commands:
   /clear                   start a new session (the old one stays on disk)
   /resume [id]             resume a session of this workspace (no id: list them)
   /status                  model, window, tokens, phase and compactions so far
+  /context                 what the next request holds, source by source
+  /cost                    tokens billed this session and their price
+  /model [name]            the model in use; with a name, switch to it
   /mcp                     MCP servers: their state and their tools
   /help                    this list"""
 
-COMMANDS = ("/compact", "/clear", "/resume", "/status", "/mcp", "/help")
+COMMANDS = (
+    "/compact",
+    "/clear",
+    "/resume",
+    "/status",
+    "/context",
+    "/cost",
+    "/model",
+    "/mcp",
+    "/help",
+)
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,40 @@ async def run_command(runtime: Runtime, name: str, argument: str) -> CommandOutc
         return _status(runtime)
     if name == "/mcp":
         return await _mcp(runtime)
+    if name == "/context":
+        return CommandOutcome(context_report(runtime.current))
+    if name == "/cost":
+        return CommandOutcome(cost_report(runtime.current))
+    if name == "/model":
+        return _model(runtime, argument)
     return CommandOutcome(HELP)
+
+
+def _model(runtime: Runtime, name: str) -> CommandOutcome:
+    session = runtime.current
+    if not name:
+        return CommandOutcome(model_report(session) + "\n(/model NAME switches to another model)")
+    if session.status != "idle":
+        return CommandOutcome(
+            f"/model ignored: the session is {session.status}; try again when it is idle"
+        )
+    previous = session.model.context_window
+    runtime.switch_model(name)
+    lines = [model_report(session, previous)]
+    if session.model.context_window is None:
+        lines.append("automatic compaction is off until a window is set")
+    snapshot = session.pipeline.project(session.fixed_context())
+    line = snapshot.input_budget and math.ceil(
+        session.pipeline.config.compact_ratio * snapshot.input_budget
+    )
+    if line and snapshot.tokens is not None and snapshot.tokens >= line:
+        lines.append(
+            f"the context ({snapshot.tokens:,} tokens) is past the new compaction line "
+            f"({line:,}): the next request compacts first"
+        )
+    else:
+        lines.append("the fixed context is measured again with the new model's first answer")
+    return CommandOutcome("\n".join(lines))
 
 
 async def _mcp(runtime: Runtime) -> CommandOutcome:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, TypeAlias, get_args
 
@@ -50,6 +50,8 @@ from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.messages import Message, new_id, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig, window_notice
+from cairn.provider.metering import MeteredProvider
+from cairn.provider.registry import lookup
 from cairn.store import (
     SessionRecord,
     StateRecord,
@@ -142,13 +144,17 @@ class Session:
             transcript_path=self.path,
             cwd=self.workspace,
         )
+        #: Every response this session is billed for, main requests, forks and
+        #: background tasks alike (``/cost``).
+        self.meter = MeteredProvider(runtime.provider)
+        self.summarizer = LLMSummarizer(self.meter, self.model)
         self.pipeline = ContextPipeline(
             store,
             runtime.settings.compaction,
             model=self.model,
             workspace=self.workspace,
             tool_effects=self.tools.effects(),
-            summarizer=LLMSummarizer(runtime.provider, self.model),
+            summarizer=self.summarizer,
             hooks=self.hooks,
             restoration=self.state,
             listener=self.events,
@@ -179,12 +185,16 @@ class Session:
 
     @property
     def provider(self) -> ChatProvider:
-        return self.runtime.provider
+        return self.meter
 
-    def fixed_context(self) -> FixedContext:
-        prompt = load_prompt("system").format(
+    def base_prompt(self) -> str:
+        """The system prompt without the instruction files."""
+        return load_prompt("system").format(
             workspace=self.workspace, skills=skills_prompt(self.catalog)
         )
+
+    def fixed_context(self) -> FixedContext:
+        prompt = self.base_prompt()
         if self.instructions is not None:
             # Fixed context, never history: no compaction summarizes or drops them.
             prompt = with_instructions(prompt, self.instructions.load(self.state.cwd()))
@@ -310,7 +320,7 @@ class Session:
             stores=self.runtime.store_factory,
             artifacts_dir=self.session_dir / SUBAGENTS_DIR / task_id,
             model=self.model,
-            provider=self.runtime.provider,
+            provider=self.meter,
             config=self.pipeline.config,
             tools=ToolRegistry(tools),
             parent=self.events,
@@ -523,7 +533,27 @@ class Runtime:
         if session is not None:
             if model is not None:
                 session.model = model
+                session.summarizer.model = model
             session.pipeline.reconfigure(model=model, config=compaction)
+
+    def switch_model(self, name: str) -> ModelConfig:
+        """Talk to ``name`` from the next request on, through the same endpoint (``/model``).
+
+        Its window and image support come from the registry and the settings'
+        ``models``; a model neither knows keeps the current window, so that
+        compaction never silently stops. The output cap, endpoint and deadlines
+        stay. The pipeline re-measures the fixed context with the new model's
+        first response and compacts first if the context is past its line.
+        """
+        known = lookup(name, self.settings.models)
+        window = self.model.context_window
+        images = self.model.images
+        if known is not None:
+            window = known.context_window or window
+            images = known.images
+        model = replace(self.model, model=name, context_window=window, images=images)
+        self.reconfigure(model=model)
+        return model
 
     def delete_session(self, session_id: str) -> bool:
         """Remove a stored session of this workspace for good (``StoreFactory.delete``).

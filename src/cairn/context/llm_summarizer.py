@@ -367,7 +367,8 @@ class LLMSummarizer:
 
     def __init__(self, provider: ChatProvider, model: ModelConfig) -> None:
         self._provider = provider
-        self._model = model
+        #: The model the fork asks: the session's, followed when ``/model`` switches it.
+        self.model = model
 
     async def summarize(self, request: SummaryRequest) -> Summary:
         sent = list(request.sent or request.messages)
@@ -466,9 +467,7 @@ class LLMSummarizer:
                     f"the compaction request grew to {size:,} tokens with rejected tool "
                     f"calls, over the {budget:,}-token input budget"
                 )
-            chat = chat_request(
-                self._model, request.fixed.system, request.fixed.tools, conversation
-            )
+            chat = chat_request(self.model, request.fixed.system, request.fixed.tools, conversation)
             turn = TurnAccumulator()
             streamed = ""
             async for event in self._provider.stream(chat, max_retries=0):

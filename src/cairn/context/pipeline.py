@@ -360,6 +360,16 @@ class ContextPipeline:
         return self._store.api_view.messages
 
     @property
+    def density(self) -> float:
+        """The session's learned message density (``calibration.learned_density``)."""
+        return self._tracker.density
+
+    @property
+    def checkpoint_messages(self) -> int:
+        """How many of ``messages`` the last compaction put there; the rest came after."""
+        return self._store.api_view.checkpoint_messages
+
+    @property
     def epoch(self) -> int:
         """How many compactions this context went through."""
         return self._store.api_view.valid_checkpoints
@@ -467,8 +477,15 @@ class ContextPipeline:
         (an editor's session config options): the next check uses them.
 
         The tokenizer is not changed here: counts already made must stay comparable.
+        Another model (``/model``) counts with another tokenizer: what the old
+        one measured — the baseline, the fixed context's size, the density — no
+        longer holds, so the next check estimates everything with the margin
+        (compacting first if that is past the new line) and the next response
+        measures again.
         """
         if model is not None:
+            if model.model != self.model.model:
+                self._forget_measurements()
             self.model = model
             self._tracker.model = model
         if config is not None:
@@ -874,6 +891,16 @@ class ContextPipeline:
             if after.source == "anchored" and after.tokens is not None and not edited
             else None
         )
+
+    def _forget_measurements(self) -> None:
+        """Drop the baseline, the calibration and the density, durably (a resume re-measures)."""
+        self._tracker.invalidate()
+        if self._calibration is not None:
+            self._store.append(StateRecord(CALIBRATION_KEY, None))
+            self._calibration = None
+        if self._tracker.density != 1.0:
+            self._store.append(StateRecord(DENSITY_KEY, 1.0))
+            self._tracker.density = 1.0
 
     def _learn_density(self, prompt_tokens: int) -> None:
         """What the estimated part of the last request really cost (DESIGN §4)."""

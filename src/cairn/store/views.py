@@ -45,6 +45,9 @@ class ApiView:
     checkpoint_id: str | None = None
     warnings: list[str] = field(default_factory=list)
     valid_checkpoints: int = 0
+    #: How many of ``messages`` the checkpoint put there (its replacement); the
+    #: rest came after it. ``/context`` tells the two apart.
+    checkpoint_messages: int = 0
     #: Ids of checkpoints that broke a limit and were skipped.
     ignored_checkpoints: set[str] = field(default_factory=set)
     _index: dict[str, int] = field(default_factory=dict)
@@ -67,6 +70,7 @@ class ApiView:
                 self.valid_checkpoints += 1
                 self.checkpoint_id = record.id
                 self.messages = list(record.replacement_messages)
+                self.checkpoint_messages = len(self.messages)
                 self._index = {m.id: i for i, m in enumerate(self.messages)}
             case ContextEditRecord():
                 for edit in record.edits:

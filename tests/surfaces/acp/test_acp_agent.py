@@ -71,8 +71,18 @@ def test_new_session_then_the_commands_list_with_compact_and_its_input_hint(
             await arrived(editor, "available_commands_update")
             update = editor.client.updates(sid)[0]
             commands = {c["name"]: c for c in update["availableCommands"]}
-            assert set(commands) == {"compact", "clear", "status", "mcp", "help"}
+            assert set(commands) == {
+                "compact",
+                "clear",
+                "status",
+                "context",
+                "cost",
+                "model",
+                "mcp",
+                "help",
+            }
             assert commands["compact"]["input"]["hint"]
+            assert commands["model"]["input"]["hint"]
             # The update came after the response that told the client the session id.
             response_at = next(i for i, m in enumerate(editor.client.wire) if m.get("id") == 1)
             update_at = next(
@@ -388,6 +398,13 @@ def test_status_and_help_are_answered_by_cairn_not_the_model(
             assert "window       32,768" in status and "compactions  0" in status
             assert await editor.ask(sid, "/help") == "end_turn"
             assert "/compact [instructions]" in editor.client.agent_text(sid)
+            # Issue 26: the same reports as every surface, as commands.
+            assert await editor.ask(sid, "/context") == "end_turn"
+            assert "context      " in editor.client.agent_text(sid)
+            assert await editor.ask(sid, "/cost") == "end_turn"
+            assert "output       0 tokens" in editor.client.agent_text(sid)
+            assert await editor.ask(sid, "/model") == "end_turn"
+            assert "window       32,768" in editor.client.agent_text(sid)
 
     asyncio.run(scenario())
     assert openai_server.bodies == []

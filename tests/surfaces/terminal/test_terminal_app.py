@@ -555,15 +555,21 @@ def test_commands_history_and_bad_input_are_one_line_notices(
             await submit(pilot, "/status")
             await until(pilot, lambda: notices(app)[-1].startswith("session"), "the status")
             assert f"session      {app.agent.id}" in notices(app)[-1]
+            await submit(pilot, "/context")
+            await until(pilot, lambda: notices(app)[-1].startswith("context"), "the context")
+            await submit(pilot, "/cost")
+            await until(pilot, lambda: notices(app)[-1].startswith("cost"), "the cost")
+            await submit(pilot, "/model")
+            await until(pilot, lambda: notices(app)[-1].startswith("model"), "the model")
             await submit(pilot, "/help")
             assert "/compact [instructions]" in notices(app)[-1] and "Ctrl+O" in notices(app)[-1]
             prompt = app.query_one(PromptInput)
             prompt.value = "half typed"
             await pilot.press("up")
             assert prompt.value == "/help"
-            await pilot.press("up", "up")
+            await pilot.press(*["up"] * 5)
             assert prompt.value == "/resume no-such-session"
-            await pilot.press("down", "down", "down")
+            await pilot.press(*["down"] * 6)
             assert prompt.value == "half typed"
 
     asyncio.run(scenario())

@@ -103,7 +103,9 @@ def test_input_is_a_prompt_a_command_or_an_unknown_command() -> None:
 
 def test_a_typed_slash_prefix_completes_to_the_commands_it_can_become() -> None:
     assert complete("/") == list(COMMANDS)
-    assert complete("/c") == ["/compact", "/clear"]
+    assert complete("/c") == ["/compact", "/clear", "/context", "/cost"]
+    assert complete("/co") == ["/compact", "/context", "/cost"]
+    assert completion("/m") == "/model "  # it takes a name
     assert complete("/cl") == ["/clear"]
     assert complete("/compact") == ["/compact"]
     assert complete("/RES") == []
@@ -122,15 +124,18 @@ def test_the_completion_line_comes_from_the_help_text() -> None:
         (hint,) = [line for line in HELP.splitlines() if line.strip().startswith(name + " ")]
         usage, description = completion_hint(name).split("  ", 1)
         assert usage.startswith(name) and f"  {usage}" in hint and hint.endswith(description)
-    assert completion_hint("/co") == (
+    assert completion_hint("/com") == (
         "/compact [instructions]  summarize the conversation now (instructions focus the summary)"
     )
-    assert completion_hint("/c") == "/compact [instructions]   /clear"
+    assert completion_hint("/c") == "/compact [instructions]   /clear   /context   /cost"
     assert completion_hint("/").split("   ") == [
         "/compact [instructions]",
         "/clear",
         "/resume [id]",
         "/status",
+        "/context",
+        "/cost",
+        "/model [name]",
         "/mcp",
         "/help",
     ]

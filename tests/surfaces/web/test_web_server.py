@@ -557,3 +557,25 @@ def test_a_bad_frame_is_an_error_frame_and_the_running_turn_goes_on(
     finally:
         gate.set()
     assert not (tmp_path / "etc").exists()
+
+
+def test_context_cost_and_model_answer_in_the_pane_with_the_same_words(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 26 item 4: the browser runs the three reports as commands, never the model."""
+    answering(openai_server)
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        p.open("left")
+        p.ask("left", "one question")
+        sent = len(openai_server.bodies)
+        for name, first in (("/context", "context "), ("/cost", "cost "), ("/model", "model ")):
+            p.send(type="prompt", pane="left", text=name)
+
+            def answered(f: dict[str, Any], first: str = first) -> bool:
+                return f["type"] == "notice" and str(f["text"]).startswith(first)
+
+            frame = p.until(answered)
+            assert frame["pane"] == "left"
+            if name == "/cost":
+                assert "output       " in frame["text"]
+    assert len(openai_server.bodies) == sent

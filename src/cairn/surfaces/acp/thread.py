@@ -95,6 +95,9 @@ HELP = """Cairn handles these itself (they never reach the model):
   /compact [instructions]  summarize the conversation now; instructions focus the summary
   /clear                   start a new session (this one stays on disk)
   /status                  model, window, tokens, thresholds and compactions so far
+  /context                 what the next request holds, source by source
+  /cost                    tokens billed this session and their price
+  /model [name]            the model in use; with a name, switch to it
   /mcp                     MCP servers: their state and their tools
   /help                    this list
 An earlier session opens from the editor's thread history."""
@@ -484,8 +487,8 @@ class Thread:
         if name == "/resume":
             self.say("An earlier session opens from the editor's thread history (session/load).")
             return "end_turn"
-        if name in ("/status", "/mcp"):
-            outcome = await self.agent.command(name)
+        if name in ("/status", "/context", "/cost", "/model", "/mcp"):
+            outcome = await self.agent.command(f"{name} {argument}")
             self.say(f"```\n{outcome.text}\n```")
             return "end_turn"
         self.say(HELP)

@@ -69,6 +69,9 @@ COMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("compact", "Summarize the conversation now to free context", "what the summary must keep"),
     ("clear", "Start a new session (this one stays on disk)", None),
     ("status", "Model, window, tokens, thresholds and compactions so far", None),
+    ("context", "What the next request holds, source by source", None),
+    ("cost", "Tokens billed this session and their price", None),
+    ("model", "The model in use; with a name, switch to it", "a model name"),
     ("mcp", "MCP servers: their state and their tools", None),
     ("help", "The commands Cairn handles itself", None),
 )

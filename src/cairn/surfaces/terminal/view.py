@@ -128,7 +128,9 @@ def hint_text(
 
 # -- slash commands -----------------------------------------------------------
 
-AppCommand: TypeAlias = Literal["/compact", "/clear", "/resume", "/status", "/mcp", "/help"]
+AppCommand: TypeAlias = Literal[
+    "/compact", "/clear", "/resume", "/status", "/context", "/cost", "/model", "/mcp", "/help"
+]
 
 
 @dataclass(frozen=True)
