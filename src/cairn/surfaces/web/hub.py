@@ -363,15 +363,7 @@ class Hub:
     def prompt(self, pane_id: str, text: str) -> None:
         pane = self._pane(pane_id)
         command = parse_command(text)
-        if command is not None and command[0] in (
-            "/compact",
-            "/status",
-            "/context",
-            "/cost",
-            "/model",
-            "/mcp",
-            "/help",
-        ):
+        if command is not None and command[0] not in ("/clear", "/resume"):
             # Judged by the runtime: /compact is ignored while a response streams
             # and skipped while one runs — it says so.
             self._start(pane, self._command(pane, *command))
