@@ -176,8 +176,8 @@ def test_tab_completes_a_slash_command(tmp_path: Path, openai_server: OpenAIServ
             assert app.completions.split("   ") == [USAGES[name][0] for name in COMMANDS]
             assert "/compact [instructions]" in app.completions
             await pilot.press("c")
-            await until(pilot, lambda: app.completions.count("/") == 2, "two candidates")
-            assert app.completions == "/compact [instructions]   /clear"
+            await until(pilot, lambda: app.completions.count("/") == 4, "four candidates")
+            assert app.completions == "/compact [instructions]   /clear   /context   /cost"
             await pilot.press("l")
             await until(pilot, lambda: app.completions.count("/") == 1, "one candidate")
             assert app.completions == "/clear  start a new session (the old one stays on disk)"
