@@ -8,19 +8,17 @@ command's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-
-import orjson
 
 from cairn.agent.mcp.tool_search import TOOL_SEARCH
 from cairn.agent.session import Session
 from cairn.agent.tools.permissions import MCP_PREFIX
 from cairn.context.breakdown import ContextBreakdown, breakdown, conversation_parts
 from cairn.context.budget import handoff_line
+from cairn.context.tracker import schema_tokens
 from cairn.messages import JSONObject, system
 from cairn.provider.metering import Bill
 from cairn.provider.registry import ModelInfo, lookup, price
-from cairn.tokens import estimate_message_tokens, estimate_text_tokens, estimate_tokens
+from cairn.tokens import estimate_message_tokens, estimate_text_tokens
 
 #: How each projection source reads in ``/context``.
 _SOURCE = {
@@ -75,9 +73,9 @@ def _fixed_parts(session: Session) -> list[tuple[str, int]]:
     schemas = session.tools.schemas()
     mcp = [s for s in schemas if _is_mcp(s)]
     own = [s for s in schemas if not _is_mcp(s)]
-    parts.append((f"tools (Cairn, {len(own)})", _schema_tokens(own)))
+    parts.append((f"tools (Cairn, {len(own)})", schema_tokens(own)))
     if mcp:
-        parts.append((f"tools (MCP, {len(mcp)})", _schema_tokens(mcp)))
+        parts.append((f"tools (MCP, {len(mcp)})", schema_tokens(mcp)))
     return parts
 
 
@@ -85,11 +83,6 @@ def _is_mcp(schema: JSONObject) -> bool:
     function = schema.get("function")
     name = function.get("name") if isinstance(function, dict) else None
     return isinstance(name, str) and (name.startswith(MCP_PREFIX) or name == TOOL_SEARCH)
-
-
-def _schema_tokens(schemas: Sequence[JSONObject]) -> int:
-    # As ``FixedContext.tokens`` counts them: the prose rate over their JSON.
-    return estimate_tokens(orjson.dumps(list(schemas)).decode()) if schemas else 0
 
 
 def _percent(parts: ContextBreakdown, tokens: int) -> str:

@@ -31,6 +31,11 @@ Source: TypeAlias = Literal["anchored", "estimate", "unknown"]
 Counter: TypeAlias = Callable[[Message], int]
 
 
+def schema_tokens(schemas: Sequence[JSONObject]) -> int:
+    """Tool schemas as estimated: the prose rate over their JSON (``FixedContext.tokens``)."""
+    return estimate_tokens(orjson.dumps(list(schemas)).decode()) if schemas else 0
+
+
 @dataclass(frozen=True)
 class FixedContext:
     """What every request carries besides the conversation: system prompt and tool schemas.
@@ -52,8 +57,7 @@ class FixedContext:
         request that fits. At the prose rate they still come out 7–15 % over.
         """
         system = sum(estimate_message_tokens(m) for m in self.system)
-        tools = estimate_tokens(orjson.dumps(self.tools).decode()) if self.tools else 0
-        return system + tools
+        return system + schema_tokens(self.tools)
 
     @cached_property
     def fingerprint(self) -> str:

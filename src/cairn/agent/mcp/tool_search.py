@@ -23,8 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import orjson
-
 from cairn.agent.mcp.adapter import McpTool, mcp_tools
 from cairn.agent.mcp.client import McpManager
 from cairn.agent.state import SessionState
@@ -32,8 +30,8 @@ from cairn.agent.tools.base import Tool, ToolContext, ToolResult, tool_schema
 from cairn.agent.tools.registry import ToolRegistry
 from cairn.context.effects import ToolEffect
 from cairn.context.tool_budget import DEFAULT_WINDOW
+from cairn.context.tracker import schema_tokens as estimate_schemas
 from cairn.messages import JSONObject
-from cairn.tokens import estimate_tokens
 
 #: The share of the input budget MCP tool schemas may take before they are
 #: deferred behind ``tool_search``.
@@ -48,9 +46,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 def schema_tokens(tools: Sequence[Tool]) -> int:
     """The tokens these tools' schemas add to every request (the fixed context's estimate)."""
-    if not tools:
-        return 0
-    return estimate_tokens(orjson.dumps([tool_schema(t) for t in tools]).decode())
+    return estimate_schemas([tool_schema(t) for t in tools])
 
 
 def schema_limit(input_budget: int | None) -> int:
