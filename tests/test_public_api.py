@@ -40,9 +40,9 @@ INTERNAL_EXCEPTIONS = {
     # The compaction's summary wait lost the race to cancel_compaction; turned into a notice.
     "cairn.context.pipeline._CancelledError",
     # One of the provider's timers fired; the stream turns it into a ProviderTimeoutError.
-    "cairn.provider.client._ExpiredError",
+    "cairn.provider.streaming._ExpiredError",
     # Bytes the SDK cannot parse; the stream turns them into a ProviderError.
-    "cairn.provider.client._MalformedError",
+    "cairn.provider.streaming._MalformedError",
 }
 
 #: Each error's standard base, kept so handlers of that base still catch it.
@@ -63,6 +63,8 @@ STANDARD_BASES = {
     "cairn.messages.MessageFormatError": ValueError,
     "cairn.provider.config.ModelConfigError": ValueError,
     "cairn.provider.errors.ProviderError": RuntimeError,
+    "cairn.provider.streaming.StreamReportedError": RuntimeError,
+    "cairn.provider.anthropic_wire.AnthropicStreamError": RuntimeError,
     "cairn.replay.fixed_context.FixedContextError": ValueError,
     "cairn.replay.importers._common.RecordError": ValueError,
     "cairn.replay.plot.PlotUnavailableError": RuntimeError,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from cairn import __version__
+from cairn.wire_apis import WIRE_APIS
 
 PROG = "cairn"
 
@@ -173,6 +174,7 @@ def _run_print(args: argparse.Namespace) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
             permission_mode=args.permission_mode,
             max_turns=args.max_turns,
             instructions=args.instructions,
@@ -191,6 +193,7 @@ def _run_terminal(args: argparse.Namespace) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
             permission_mode=args.permission_mode,
             instructions=args.instructions,
             workspace=Path.cwd(),
@@ -210,6 +213,7 @@ def _add_model_flags(parser: argparse.ArgumentParser, permission_help: str) -> N
     parser.add_argument(
         "--max-output-tokens", type=int, metavar="N", default=argparse.SUPPRESS, help="the cap"
     )
+    parser.add_argument("--api", choices=WIRE_APIS, default=argparse.SUPPRESS, help="the wire API")
     parser.add_argument(
         "--permission-mode",
         choices=("ask", "accept-edits", "bypass"),
@@ -295,6 +299,7 @@ def _run_acp(args: argparse.Namespace) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
             permission_mode=args.permission_mode,
             instructions=args.instructions,
             workspace=Path.cwd(),
@@ -333,6 +338,7 @@ def _run_web(args: argparse.Namespace) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
             permission_mode=args.permission_mode,
             instructions=args.instructions,
             workspace=Path.cwd(),
@@ -388,6 +394,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="the response cap, also the output reserve (overrides CAIRN_MAX_OUTPUT_TOKENS)",
+    )
+    headless.add_argument(
+        "--api",
+        choices=WIRE_APIS,
+        help=(
+            "the wire API: chat (completions, the default), responses (OpenAI Responses), "
+            "anthropic (Messages); overrides CAIRN_API and settings"
+        ),
     )
     headless.add_argument(
         "--permission-mode",

@@ -196,6 +196,26 @@ class Usage:
         return max(self.total_tokens, self.prompt_tokens + self.completion_tokens)
 
 
+#: The wire APIs whose reasoning goes back verbatim (``NativeReasoning.api``).
+NativeAPI: TypeAlias = Literal["anthropic", "responses"]
+#: The key under which ``to_wire`` hands an assistant message's native reasoning to
+#: the API's request builder; never sent to a chat-completions endpoint.
+NATIVE_REASONING_FIELD = "native_reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class NativeReasoning:
+    """Reasoning a provider wants back verbatim with the next requests.
+
+    Anthropic's thinking blocks (with their signatures) and the Responses
+    API's reasoning items (with their encrypted content): opaque to Cairn,
+    sent back unchanged to the API that produced them and to no other.
+    """
+
+    api: NativeAPI
+    items: tuple[Mapping[JSONKey, JSONValue], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class MessageMeta:
     kind: Annotated[str, Field(exclude_if=lambda kind: kind == KIND_CHAT)] = KIND_CHAT
@@ -207,6 +227,8 @@ class MessageMeta:
     tool_error: Annotated[StrictBool, OMIT_EMPTY] = False
     usage: Annotated[Usage | None, OMIT_NONE] = None
     extra: Annotated[Mapping[JSONKey, JSONValue], OMIT_EMPTY] = field(default_factory=dict)
+    #: On an assistant message: the reasoning its API wants back verbatim.
+    native_reasoning: Annotated[NativeReasoning | None, OMIT_NONE] = None
 
 
 _DEFAULT_META = MessageMeta()
@@ -385,7 +407,12 @@ def find_orphans(messages: Sequence[Message]) -> Orphans:
 # Wire format (what an OpenAI-compatible endpoint accepts)
 
 
-def to_wire(messages: Iterable[Message], *, reasoning_field: str | None = None) -> list[JSONObject]:
+def to_wire(
+    messages: Iterable[Message],
+    *,
+    reasoning_field: str | None = None,
+    native_api: str | None = None,
+) -> list[JSONObject]:
     """Convert to chat-completions request messages.
 
     The compact block and every other host-written control message go out as
@@ -393,11 +420,18 @@ def to_wire(messages: Iterable[Message], *, reasoning_field: str | None = None) 
     model must see them — since hiding is a client concern. Reasoning stays in
     storage and is only sent when the provider asks for it back under
     ``reasoning_field`` (DeepSeek's ``reasoning_content``, for instance).
+    With ``native_api``, an assistant message whose ``native_reasoning`` came
+    from that API carries it under ``NATIVE_REASONING_FIELD`` for the API's
+    request builder.
     """
-    return [message_to_wire(m, reasoning_field=reasoning_field) for m in messages]
+    return [
+        message_to_wire(m, reasoning_field=reasoning_field, native_api=native_api) for m in messages
+    ]
 
 
-def message_to_wire(message: Message, *, reasoning_field: str | None = None) -> JSONObject:
+def message_to_wire(
+    message: Message, *, reasoning_field: str | None = None, native_api: str | None = None
+) -> JSONObject:
     role: str = message.role
     if message.meta.kind == KIND_COMPACT_SUMMARY:
         role = "user"
@@ -414,6 +448,9 @@ def message_to_wire(message: Message, *, reasoning_field: str | None = None) -> 
             ]
         if reasoning_field and message.reasoning:
             wire[reasoning_field] = message.reasoning
+        native = message.meta.native_reasoning
+        if native is not None and native.api == native_api and native.items:
+            wire[NATIVE_REASONING_FIELD] = [dict(item) for item in native.items]
     elif message.role == "tool":
         wire["tool_call_id"] = message.tool_call_id or ""
     if message.name and message.role in ("user", "system"):

@@ -19,6 +19,7 @@ from cairn.messages import JSONObject, system
 from cairn.provider.metering import Bill
 from cairn.provider.registry import ModelInfo, lookup, price
 from cairn.tokens import estimate_message_tokens, estimate_text_tokens
+from cairn.wire_apis import API_NAMES
 
 #: How each projection source reads in ``/context``.
 _SOURCE = {
@@ -104,10 +105,14 @@ def cost_report(session: Session) -> str:
     bill = session.meter.bill
     info = lookup(session.model.model, session.runtime.settings.models)
     tokens = bill.tokens
+    prompt = tokens.input + tokens.cached_input
+    share = f" ({tokens.cached_input / prompt:.0%})" if prompt else ""
+    written = f"; {tokens.cache_write:,} written to the cache" if tokens.cache_write else ""
     lines = [
         _cost_line(session.model.model, bill, info),
-        f"input        {tokens.input + tokens.cached_input:,} tokens, "
-        f"{tokens.cached_input:,} of them from the cache",
+        f"api          {API_NAMES[session.model.api]}",
+        f"input        {prompt:,} tokens, {tokens.cached_input:,} of them from the cache"
+        f"{share}{written}",
         f"output       {tokens.output:,} tokens",
         f"responses    {bill.responses:,}"
         + (f" ({bill.unmetered:,} more reported no usage)" if bill.unmetered else ""),

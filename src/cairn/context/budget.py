@@ -5,22 +5,11 @@ from __future__ import annotations
 import math
 from typing import Literal, TypeAlias
 
+from cairn.provider.limits import MAX_RESERVE as MAX_RESERVE
+from cairn.provider.limits import MIN_RESERVE as MIN_RESERVE
+from cairn.provider.limits import output_reserve as output_reserve
+
 Phase: TypeAlias = Literal["below_handoff", "handoff_band", "compaction_due", "unknown"]
-
-MIN_RESERVE = 8_192
-MAX_RESERVE = 32_768
-
-
-def output_reserve(window: int, max_output_tokens: int | None = None) -> int:
-    """Tokens kept free for the response: the configured cap, else 10 % clamped to 8k–32k.
-
-    Never more than half the window, so a small model still has room to read.
-    """
-    if max_output_tokens is not None:
-        reserve = max_output_tokens
-    else:
-        reserve = min(max(window // 10, MIN_RESERVE), MAX_RESERVE)
-    return min(reserve, window // 2)
 
 
 def input_budget(window: int, max_output_tokens: int | None = None) -> int:

@@ -1,510 +1,135 @@
-"""The OpenAI-compatible streaming client (DESIGN §9).
+"""The OpenAI-compatible chat-completions client (DESIGN §9).
 
 ``OpenAIProvider`` sends a ``ChatRequest`` with the official ``openai`` SDK
-(``AsyncOpenAI``, any ``base_url``), streams it with usage included, and
-yields ``StreamEvent`` objects. Every failure — an HTTP error after the
-retries, a refused or broken connection, an error event inside the stream, a
-stream the SDK cannot parse, a stream that ends before the model finished, a
-deadline that passed — surfaces as one ``ProviderError`` naming the endpoint,
-or as ``ContextLimitError`` when it means the request does not fit, with
-``output_started`` saying whether any output had already been yielded.
-
-The deadlines come from the ``ModelConfig`` (``cairn.provider.config``). The
-SDK enforces only the connect timeout; the others are timers here, around
-each wait for the next chunk, because a socket read timeout is reset by any
-byte — SSE keep-alive comments included — and multiplied by every retry.
+(``AsyncOpenAI``, any ``base_url``) to ``POST /chat/completions``, streamed
+with usage included, and yields ``StreamEvent`` objects; the deadlines,
+retries and errors are ``cairn.provider.streaming``'s, shared with the other
+wire APIs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
-import json
-import math
 import os
-import random
-import time
-from collections.abc import AsyncGenerator, Awaitable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import openai
 from openai import AsyncOpenAI
 
-from cairn.messages import Message
-from cairn.provider.config import TIMEOUT_ENV, ModelConfig
-from cairn.provider.errors import (
-    CONNECTION_ERROR_CODE,
-    INCOMPLETE_STREAM_CODE,
-    MALFORMED_STREAM_CODE,
-    ContextLimitError,
-    ProviderError,
-    ProviderTimeoutError,
-    provider_error,
-)
-from cairn.provider.events import (
-    OUTPUT_EVENTS,
-    Finish,
-    StreamEvent,
-    TurnAccumulator,
-    events_from_chunk,
-)
+from cairn.provider.errors import ContextLimitError, ProviderError
+from cairn.provider.events import StreamEvent, events_from_chunk
 from cairn.provider.request import ChatRequest
+from cairn.provider.streaming import (
+    PLACEHOLDER_API_KEY,
+    Call,
+    SdkErrors,
+    StreamingProvider,
+    quote,
+)
 
-#: The key sent when the configured environment variable is unset: local
-#: servers (vLLM, Ollama, llama.cpp) accept anything.
-PLACEHOLDER_API_KEY = "not-needed"
-
-INCOMPLETE_STREAM = INCOMPLETE_STREAM_CODE
-
-#: HTTP statuses worth another attempt: timeout, conflict, rate limit, server errors.
-RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429})
-#: Back-off between attempts when the server does not say: 0.5 s doubling up to 8 s.
-INITIAL_RETRY_DELAY = 0.5
-MAX_RETRY_DELAY = 8.0
-#: A server asking for a longer pause than this is not retried (the SDK's limit too).
-MAX_RETRY_AFTER = 120.0
-#: The longest provider text quoted in an error (an HTML error page is not a message).
-MAX_QUOTED = 300
+#: The OpenAI SDK's exception classes (the Responses client uses them too).
+OPENAI_ERRORS = SdkErrors(
+    api=openai.APIError,
+    status=openai.APIStatusError,
+    connection=openai.APIConnectionError,
+    timeout=openai.APITimeoutError,
+)
 
 #: "Leave this argument out": ``openai.omit`` in recent SDKs, ``NOT_GIVEN`` in older ones.
-_OMIT: Any = getattr(openai, "omit", None) or openai.NOT_GIVEN
-
-#: What each deadline bounds, for its error message.
-_WHAT = {
-    "connect": "could not connect to {url} within {s}",
-    "first_byte": "no response from {url} within {s}",
-    "idle": "the stream from {url} stalled: no data for {s}",
-    "request": "the request to {url} did not finish within {s}",
-}
-
-T = TypeVar("T")
+OMIT: Any = getattr(openai, "omit", None) or openai.NOT_GIVEN
 
 
-class _ExpiredError(Exception):
-    """One of our timers fired; ``deadline`` names it."""
+class _ChunkParser:
+    """Chat-completions chunks are independent: no state between them."""
 
-    def __init__(self, deadline: str) -> None:
-        super().__init__(deadline)
-        self.deadline = deadline
-
-
-class _MalformedError(Exception):
-    """The SDK could not turn the stream's bytes into a chunk."""
+    def feed(self, data: Mapping[str, object]) -> list[StreamEvent]:
+        return events_from_chunk(data)
 
 
-class _Call:
-    """The deadlines of one ``stream`` call, as event-loop times."""
+class OpenAIClientBase(StreamingProvider):
+    """What both OpenAI APIs share: the SDK client, its errors and the key."""
 
-    def __init__(self, config: ModelConfig, endpoint: str) -> None:
-        self.config = config
-        self.endpoint = endpoint
-        self.loop = asyncio.get_running_loop()
-        self.request_at = self.loop.time() + config.request_timeout
+    sdk_errors = OPENAI_ERRORS
 
-    def after(self, seconds: float) -> float:
-        return self.loop.time() + seconds
-
-    async def within(self, awaitable: Awaitable[T], deadline: str, at: float) -> T:
-        """``await awaitable``, or ``_ExpiredError`` at ``at`` (or at the overall deadline)."""
-        if self.request_at <= at:
-            deadline, at = "request", self.request_at
-        timer = asyncio.timeout_at(at)
-        try:
-            async with timer:
-                return await awaitable
-        except TimeoutError:
-            if timer.expired():
-                raise _ExpiredError(deadline) from None
-            raise
-
-    def timeout_error(self, deadline: str, *, output_started: bool) -> ProviderTimeoutError:
-        setting = f"{deadline}_timeout"
-        seconds = float(getattr(self.config, setting))
-        what = _WHAT[deadline].format(url=self.endpoint, s=f"{seconds:g} s")
-        label = deadline.replace("_", "-")
-        message = f"{what} ({label} timeout; set model.{setting} or {TIMEOUT_ENV[setting]})"
-        return ProviderTimeoutError(
-            message, deadline=deadline, seconds=seconds, output_started=output_started
+    def _new_client(self) -> AsyncOpenAI:
+        # The SDK never retries (``stream`` does, within the deadline) and gets
+        # only the connect timeout; its read timeout is the overall deadline, a
+        # backstop behind the timers of ``stream``.
+        key = self._api_key or os.environ.get(self.config.api_key_env) or PLACEHOLDER_API_KEY
+        return AsyncOpenAI(
+            api_key=key,
+            base_url=self.config.base_url,
+            max_retries=0,
+            timeout=openai.Timeout(
+                self.config.request_timeout, connect=self.config.connect_timeout
+            ),
         )
 
+    def _error_details(self, body: object) -> tuple[str | None, str | None]:
+        # The SDK hands over the ``error`` object of an error body.
+        if isinstance(body, Mapping):
+            message: str | None = None
+            for key in ("message", "detail", "error"):
+                value = body.get(key)
+                if isinstance(value, str) and value.strip():
+                    message = " ".join(value.split())  # one line; every word kept for detection
+                    break
+            raw_type = body.get("type")
+            return message, raw_type if isinstance(raw_type, str) else None
+        return None, None
 
-class OpenAIProvider:
-    """Streams chat completions from one OpenAI-compatible endpoint.
 
-    ``max_retries`` is the retry budget for connection errors, 408, 409, 429
-    and 5xx answers before the stream starts; ``stream`` and ``complete``
-    can override it per call (the compaction fork passes 0 and keeps its own
-    budget). A retry waits as the server's ``Retry-After`` says (else 0.5 s,
-    doubling), and is not made when that wait would pass the request
-    deadline. Nothing is retried once the response has started, and no
-    timed-out attempt is retried.
-    """
+class OpenAIProvider(OpenAIClientBase):
+    """Streams chat completions from one OpenAI-compatible endpoint (``model.api = "chat"``)."""
 
-    def __init__(
-        self,
-        config: ModelConfig,
-        *,
-        max_retries: int = 2,
-        api_key: str | None = None,
-    ) -> None:
-        if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
-        self.config = config
-        self.max_retries = max_retries
-        self._api_key = api_key or os.environ.get(config.api_key_env) or PLACEHOLDER_API_KEY
-        self._client: AsyncOpenAI | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+    def _parser(self) -> _ChunkParser:
+        return _ChunkParser()
 
-    def _sdk(self) -> AsyncOpenAI:
-        """The SDK client for the running event loop.
+    def _create(self, client: AsyncOpenAI, request: ChatRequest, attempt: int) -> Any:
+        return client.chat.completions.create(
+            model=request.model,
+            messages=cast(Any, list(request.messages)),
+            tools=cast(Any, list(request.tools)) if request.tools else OMIT,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=dict(request.params) if request.params else None,
+            # The SDK numbers its own retries; these are ours.
+            extra_headers={"x-stainless-retry-count": str(attempt)},
+        )
 
-        Its connection pool belongs to one loop, so a provider used from a
-        new loop (a second ``asyncio.run``) gets a new client. The SDK never
-        retries (``stream`` does, within the deadline) and gets only the
-        connect timeout; its read timeout is the overall deadline, a backstop
-        behind the timers of ``stream``.
-        """
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            self._client = AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.config.base_url,
-                max_retries=0,
-                timeout=openai.Timeout(
-                    self.config.request_timeout, connect=self.config.connect_timeout
-                ),
-            )
-            self._loop = loop
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the connection pool (the provider stays usable; a new pool opens on demand).
-
-        Call it (or use ``async with``) before the event loop ends, so no
-        keep-alive connection is left open.
-        """
-        client, self._client, self._loop = self._client, None, None
-        if client is not None:
-            await client.close()
-
-    async def __aenter__(self) -> OpenAIProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def stream(
-        self, request: ChatRequest, *, max_retries: int | None = None
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """Send ``request`` and yield its events as they arrive.
-
-        Raises ``ProviderError`` (or ``ContextLimitError``) on any failure,
-        including a stream that ends without a finish reason, and
-        ``ProviderTimeoutError`` when a deadline passes. A caller that stops
-        early should ``aclose()`` the generator (or iterate it inside
-        ``contextlib.aclosing``) so the response is released at once.
-        """
-        retries = self.max_retries if max_retries is None else max_retries
-        if retries < 0:
-            raise ValueError("max_retries must be >= 0")
-        client = self._sdk()
-        call = _Call(self.config, _endpoint(client))
-        output_started = False
-        finished = False
-        responded = False
-        chunks = 0
-        try:
-            response, first_byte_at = await self._open(client, request, retries, call)
-            responded = True
-            deadline, at = "first_byte", first_byte_at
-            try:
-                while True:
-                    try:
-                        chunk = await call.within(_next_chunk(response), deadline, at)
-                    except StopAsyncIteration:
-                        break
-                    chunks += 1
-                    events = events_from_chunk(_chunk_dict(chunk))
-                    for event in events:
-                        if isinstance(event, Finish):
-                            finished = True
-                        elif isinstance(event, OUTPUT_EVENTS):
-                            output_started = True
-                        yield event
-                    if events:
-                        # Only data resets the clock: keep-alive comments never reach
-                        # here, and an empty delta (the opening role chunk) is not data.
-                        deadline, at = "idle", call.after(self.config.idle_timeout)
-            finally:
-                await response.close()
-        except (_ExpiredError, openai.APIConnectionError) as exc:
-            if not finished:
-                raise _failure(exc, call, output_started, responded=responded) from exc
-            # The answer is whole; only the rest of the body (usage, [DONE]) is lost.
-        except (openai.OpenAIError, _MalformedError) as exc:
-            raise _failure(exc, call, output_started, responded=responded) from exc
-        if not finished:
-            if chunks == 0:
-                # Some servers (llama-cpp-python's) answer 200 and then drop a stream
-                # they cannot serve, saying why only to a request that does not stream.
-                limit = await self._probe_context_limit(client, request, call)
-                if limit is not None:
-                    raise limit
-            raise ProviderError(
-                f"the stream from {call.endpoint} ended before the model finished its answer",
-                code=INCOMPLETE_STREAM,
-                output_started=output_started,
-            )
-
-    async def _open(
-        self, client: AsyncOpenAI, request: ChatRequest, retries: int, call: _Call
-    ) -> tuple[openai.AsyncStream[Any], float]:
-        """Start the stream, retrying what is worth it; also its first-byte deadline.
-
-        The first-byte clock starts with each attempt and runs until the first
-        chunk that carries data, so the caller keeps it for the chunks.
-        """
-        for attempt in range(retries + 1):
-            first_byte_at = call.after(self.config.first_byte_timeout)
-            create = client.chat.completions.create(
-                model=request.model,
-                messages=cast(Any, list(request.messages)),
-                tools=cast(Any, list(request.tools)) if request.tools else _OMIT,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=dict(request.params) if request.params else None,
-                # The SDK numbers its own retries; these are ours.
-                extra_headers={"x-stainless-retry-count": str(attempt)},
-            )
-            try:
-                response = await call.within(create, "first_byte", first_byte_at)
-            except openai.APITimeoutError:
-                raise
-            except (openai.APIConnectionError, openai.APIStatusError) as exc:
-                delay = retry_delay(exc, attempt) if attempt < retries else None
-                if delay is None or call.after(delay) >= call.request_at:
-                    raise
-                await asyncio.sleep(delay)
-                continue
-            return response, first_byte_at
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    async def _probe_context_limit(
-        self, client: AsyncOpenAI, request: ChatRequest, call: _Call
+    async def _after_empty_stream(
+        self, client: AsyncOpenAI, request: ChatRequest, call: Call
     ) -> ProviderError | None:
         """Ask once, without streaming and for one token, whether the request is too long.
 
-        Only after a stream that closed before its first chunk: a request that
-        fits costs one prompt evaluation here, and the caller reports the
-        broken stream as before. The probe gets a first-byte deadline of its
-        own, within the overall one; when it passes, the broken stream is
-        what the caller reports.
+        Some servers (llama-cpp-python's) answer 200 and then drop a stream
+        they cannot serve, saying why only to a request that does not stream.
+        A request that fits costs one prompt evaluation here, and the caller
+        reports the broken stream as before. The probe gets a first-byte
+        deadline of its own, within the overall one; when it passes, the
+        broken stream is what the caller reports.
         """
         params = {k: v for k, v in request.params.items() if k not in ("max_tokens", "stream")}
         probe = client.chat.completions.create(
             model=request.model,
             messages=cast(Any, list(request.messages)),
-            tools=cast(Any, list(request.tools)) if request.tools else _OMIT,
+            tools=cast(Any, list(request.tools)) if request.tools else OMIT,
             max_tokens=1,
             extra_body=params or None,
         )
         try:
             await call.within(probe, "first_byte", call.after(self.config.first_byte_timeout))
         except openai.APIStatusError as exc:
-            error = _from_status_error(exc, call, output_started=False)
+            error = self._from_sdk_error(
+                exc,
+                status=exc.status_code,
+                origin=f"HTTP {exc.status_code} from {call.endpoint}",
+                output_started=False,
+            )
             return error if isinstance(error, ContextLimitError) else None
-        except (openai.OpenAIError, _ExpiredError, ValueError):
+        except Exception:
             return None
         return None
 
-    async def complete(self, request: ChatRequest, *, max_retries: int | None = None) -> Message:
-        """Stream ``request`` to the end and return the assistant message."""
-        accumulator = TurnAccumulator()
-        async for event in self.stream(request, max_retries=max_retries):
-            accumulator.add(event)
-        return accumulator.message()
 
-
-async def _next_chunk(response: openai.AsyncStream[Any]) -> object:
-    """The stream's next chunk; ``_MalformedError`` when its bytes are not SSE JSON.
-
-    The SDK decodes each line as UTF-8 and each data line as JSON, and lets
-    ``UnicodeDecodeError`` / ``JSONDecodeError`` (both ``ValueError``) out;
-    what else a mangled chunk can raise while the SDK builds its object is
-    the same fault, and is no reason for a traceback.
-    """
-    try:
-        return await response.__anext__()
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise _MalformedError(_describe_malformed(exc)) from exc
-
-
-def _describe_malformed(exc: Exception) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return f"invalid UTF-8 at byte {exc.start} of a line"
-    if isinstance(exc, json.JSONDecodeError):
-        return f"a data line is not JSON ({_quote(str(exc))})"
-    return f"{type(exc).__name__}: {_quote(str(exc))}"
-
-
-def retry_delay(exc: openai.APIError, attempt: int) -> float | None:
-    """Seconds to wait before retrying after ``exc`` on attempt ``attempt`` (0-based).
-
-    ``None`` when it is not worth retrying: a status outside
-    ``RETRY_STATUSES`` and 5xx, ``x-should-retry: false``, or a
-    ``Retry-After`` beyond ``MAX_RETRY_AFTER``. Connection errors are
-    retried; a timeout never reaches here.
-    """
-    if isinstance(exc, openai.APIStatusError):
-        headers = exc.response.headers
-        should = headers.get("x-should-retry")
-        if should == "false":
-            return None
-        status = exc.status_code
-        if should != "true" and status not in RETRY_STATUSES and status < 500:
-            return None
-        after = retry_after(headers)
-        if after is not None and after > MAX_RETRY_AFTER:
-            return None
-        if after is not None and after > 0:
-            return after
-    elif not isinstance(exc, openai.APIConnectionError):
-        return None
-    backoff = min(INITIAL_RETRY_DELAY * 2.0 ** min(attempt, 32), MAX_RETRY_DELAY)
-    return backoff * (1 - 0.25 * random.random())
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The pause a server asks for, in seconds (``retry-after-ms``, or ``retry-after``)."""
-    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        try:
-            value = float(raw) / divisor
-        except ValueError:
-            continue
-        if math.isfinite(value):
-            return value
-    raw = headers.get("retry-after")
-    parsed = email.utils.parsedate_tz(raw) if raw else None
-    if parsed is None:
-        return None
-    return float(email.utils.mktime_tz(parsed) - time.time())
-
-
-def _failure(
-    exc: Exception, call: _Call, output_started: bool, *, responded: bool
-) -> ProviderError:
-    """The ``ProviderError`` for one failure of a ``stream`` call."""
-    if isinstance(exc, _ExpiredError):
-        return call.timeout_error(exc.deadline, output_started=output_started)
-    if isinstance(exc, openai.APITimeoutError):
-        # The SDK's own timers: connect, or its read timeout (the overall deadline).
-        connect = type(exc.__cause__).__name__ in ("ConnectTimeout", "PoolTimeout")
-        deadline = "connect" if connect and not responded else "request"
-        return call.timeout_error(deadline, output_started=output_started)
-    if isinstance(exc, _MalformedError):
-        return ProviderError(
-            f"{call.endpoint} sent a malformed stream: {exc}",
-            code=MALFORMED_STREAM_CODE,
-            output_started=output_started,
-        )
-    if isinstance(exc, openai.APIConnectionError):
-        cause = _cause(exc)
-        if responded:
-            text = f"the connection to {call.endpoint} failed mid-response ({cause})"
-        elif type(exc.__cause__).__name__ == "ConnectError":
-            text = f"cannot connect to {call.endpoint} ({cause})"
-        else:
-            text = f"the connection to {call.endpoint} failed before an answer ({cause})"
-        return ProviderError(text, code=CONNECTION_ERROR_CODE, output_started=output_started)
-    if isinstance(exc, openai.APIStatusError):
-        return _from_status_error(exc, call, output_started=output_started)
-    if isinstance(exc, openai.APIError):
-        # An error event inside the stream.
-        return _from_sdk_error(
-            exc, origin=f"{call.endpoint} reported an error", output_started=output_started
-        )
-    return ProviderError(
-        _quote(str(exc)) or type(exc).__name__,
-        origin=call.endpoint,
-        output_started=output_started,
-    )
-
-
-def _cause(exc: BaseException) -> str:
-    """The first words in ``exc``'s causes that say more than the SDK's "Connection error."."""
-    seen: BaseException | None = exc.__cause__ or exc.__context__
-    names: list[str] = []
-    while seen is not None and len(names) < 8:
-        if isinstance(seen, ConnectionResetError):
-            return "connection reset by the server"
-        text = _quote(str(seen))
-        if text:
-            return text
-        names.append(type(seen).__name__)
-        seen = seen.__cause__ or seen.__context__
-    return names[0] if names else _quote(str(exc))
-
-
-def _from_status_error(
-    exc: openai.APIStatusError, call: _Call, *, output_started: bool
-) -> ProviderError:
-    origin = f"HTTP {exc.status_code} from {call.endpoint}"
-    return _from_sdk_error(exc, origin=origin, output_started=output_started)
-
-
-def _endpoint(client: AsyncOpenAI) -> str:
-    return str(client.base_url).rstrip("/")
-
-
-def _quote(text: str) -> str:
-    """Provider text fit for a one-line error: whitespace collapsed, long text cut."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= MAX_QUOTED else flat[: MAX_QUOTED - 1] + "…"
-
-
-def _chunk_dict(chunk: object) -> Mapping[str, object]:
-    """A chunk as plain JSON data, unknown fields (``reasoning_content``) included.
-
-    The SDK builds its chunk objects without validation, so a chunk of the
-    wrong shape (``"choices": "x"``) only surfaces here; pydantic's warnings
-    about it are silenced, and ``events_from_chunk`` skips what is not data.
-    """
-    to_dict = getattr(chunk, "to_dict", None)
-    if callable(to_dict):
-        try:
-            data = to_dict(warnings=False)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise _MalformedError(_describe_malformed(exc)) from exc
-        if isinstance(data, Mapping):
-            return cast(Mapping[str, object], data)
-    return chunk if isinstance(chunk, Mapping) else {}
-
-
-def _from_sdk_error(exc: openai.APIError, *, origin: str, output_started: bool) -> ProviderError:
-    status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
-    body = exc.body
-    message: str | None = None
-    error_type: str | None = None
-    if isinstance(body, Mapping):
-        for key in ("message", "detail", "error"):
-            value = body.get(key)
-            if isinstance(value, str) and value.strip():
-                message = " ".join(value.split())  # one line; every word kept for detection
-                break
-        raw_type = body.get("type")
-        error_type = raw_type if isinstance(raw_type, str) else None
-    elif isinstance(body, str) and body.strip():
-        message = _quote(body)
-    if message is None:
-        message = _quote(exc.message or "") or type(exc).__name__
-    return provider_error(
-        message,
-        status=status,
-        code=exc.code,
-        error_type=error_type,
-        output_started=output_started,
-        origin=origin,
-    )
+__all__ = ["OMIT", "OPENAI_ERRORS", "OpenAIClientBase", "OpenAIProvider", "quote"]

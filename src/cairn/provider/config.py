@@ -62,7 +62,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from cairn.errors import CairnError
 from cairn.messages import JSONValue
 from cairn.provider.limits import MIN_CONTEXT_WINDOW as MIN_CONTEXT_WINDOW
+from cairn.provider.limits import output_reserve
 from cairn.provider.registry import ModelOverrides, lookup
+from cairn.wire_apis import (
+    ANTHROPIC_DEFAULT_MAX_TOKENS,
+    API_KEY_ENV,
+    BASE_URL_ENV,
+    DEFAULT_API,
+    WIRE_APIS,
+    WireAPI,
+    parse_api,
+)
 
 #: Body keys the request builder owns; a generation parameter may not set them.
 RESERVED_PARAMS: frozenset[str] = frozenset(
@@ -70,7 +80,8 @@ RESERVED_PARAMS: frozenset[str] = frozenset(
 )
 
 ENV_MODEL = "CAIRN_MODEL"
-ENV_BASE_URL = "OPENAI_BASE_URL"
+ENV_API = "CAIRN_API"
+ENV_BASE_URL = BASE_URL_ENV["chat"]
 ENV_CONTEXT_WINDOW = "CAIRN_CONTEXT_WINDOW"
 ENV_MAX_OUTPUT_TOKENS = "CAIRN_MAX_OUTPUT_TOKENS"
 ENV_CONNECT_TIMEOUT = "CAIRN_CONNECT_TIMEOUT"
@@ -78,7 +89,7 @@ ENV_FIRST_BYTE_TIMEOUT = "CAIRN_FIRST_BYTE_TIMEOUT"
 ENV_IDLE_TIMEOUT = "CAIRN_IDLE_TIMEOUT"
 ENV_REQUEST_TIMEOUT = "CAIRN_REQUEST_TIMEOUT"
 ENV_IMAGES = "CAIRN_IMAGES"
-DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_API_KEY_ENV = API_KEY_ENV[DEFAULT_API]
 #: Deadline defaults in seconds; the module docstring says why these values.
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_FIRST_BYTE_TIMEOUT = 120.0
@@ -121,6 +132,8 @@ class ModelConfig:
     #: compact and snip run: no handoff, no compaction).
     context_window: int | None = None
     #: The response cap sent as ``max_tokens``; it is also the output reserve.
+    #: Anthropic requires one: unset, it is the reserve the window implies
+    #: (``output_reserve``), or ``ANTHROPIC_DEFAULT_MAX_TOKENS`` without a window.
     max_output_tokens: int | None = None
     params: Mapping[str, JSONValue] = field(default_factory=dict)
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
@@ -129,10 +142,15 @@ class ModelConfig:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     #: The model takes image input (``image_url`` parts); else images become placeholders.
     images: bool = False
+    #: The wire API: chat completions, the Responses API or Anthropic Messages
+    #: (``cairn.wire_apis``).
+    api: WireAPI = DEFAULT_API
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ModelConfigError("model must be a non-empty string")
+        if self.api not in WIRE_APIS:
+            raise ModelConfigError(f"api must be one of {', '.join(WIRE_APIS)}, got {self.api!r}")
         for name, low in (("context_window", MIN_CONTEXT_WINDOW), ("max_output_tokens", 1)):
             value = getattr(self, name)
             if value is not None and (
@@ -148,6 +166,13 @@ class ModelConfig:
         reserved = sorted(RESERVED_PARAMS.intersection(self.params))
         if reserved:
             raise ModelConfigError(f"params may not set {', '.join(reserved)}")
+        if self.api == "anthropic" and self.max_output_tokens is None:
+            # Anthropic requires max_tokens: send the reserve the pipeline keeps
+            # free anyway, so a request within the budget always fits the window.
+            cap = ANTHROPIC_DEFAULT_MAX_TOKENS
+            if self.context_window is not None:
+                cap = output_reserve(self.context_window)
+            object.__setattr__(self, "max_output_tokens", cap)
 
     def request_params(self) -> dict[str, JSONValue]:
         """The generation parameters as they go out with every request."""
@@ -179,6 +204,8 @@ class ModelEntry(BaseModel):
     request_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, strict=True)
     #: Whether the model takes image input (``ModelConfig.images``).
     images: bool | None = Field(default=None, strict=True)
+    #: The wire API (``ModelConfig.api``).
+    api: WireAPI | None = None
 
 
 def resolve_model(
@@ -191,7 +218,14 @@ def resolve_model(
     ``None`` when no layer names a model. Pass the layers in precedence
     order: settings, environment, command line. Beneath them all, the model
     registry with the settings' ``models`` laid over it gives the window and
-    image support of a model it knows (``cairn.provider.registry.lookup``).
+    image support of a model it knows (``cairn.provider.registry.lookup``),
+    and its wire API when no layer names one nor any endpoint (a model named
+    with an endpoint of one's own is spoken to in chat completions).
+
+    Per API: the key's variable defaults to ``OPENAI_API_KEY`` or
+    ``ANTHROPIC_API_KEY``; Anthropic, which requires ``max_tokens``, gets the
+    output reserve as its cap when no layer sets ``max_output_tokens``
+    (``ModelConfig``), at most the model's own limit when the registry knows it.
     """
     merged: dict[str, object] = {}
     for layer in layers:
@@ -206,23 +240,60 @@ def resolve_model(
         # limit is not among them (it would go out as max_tokens; see registry).
         merged.setdefault("context_window", known.context_window)
         merged.setdefault("images", known.images)
+        if known.api is not None and merged.get("base_url") is None:
+            merged.setdefault("api", known.api)
+    api = _api(merged.get("api"))
+    max_output = _optional_int(merged.get("max_output_tokens"))
+    window = _optional_int(merged.get("context_window"))
+    if api == "anthropic" and max_output is None and known and known.max_output_tokens:
+        # The cap Anthropic requires (ModelConfig), at most the model's own limit.
+        reserve = output_reserve(window) if window else ANTHROPIC_DEFAULT_MAX_TOKENS
+        max_output = min(reserve, known.max_output_tokens)
     return ModelConfig(
         model=model.strip(),
         base_url=_optional_str(merged.get("base_url")),
-        api_key_env=_optional_str(merged.get("api_key_env")) or DEFAULT_API_KEY_ENV,
-        context_window=_optional_int(merged.get("context_window")),
-        max_output_tokens=_optional_int(merged.get("max_output_tokens")),
+        api_key_env=_optional_str(merged.get("api_key_env")) or API_KEY_ENV[api],
+        context_window=window,
+        max_output_tokens=max_output,
         params=dict(params or {}),
         connect_timeout=_seconds(merged.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT),
         first_byte_timeout=_seconds(merged.get("first_byte_timeout"), DEFAULT_FIRST_BYTE_TIMEOUT),
         idle_timeout=_seconds(merged.get("idle_timeout"), DEFAULT_IDLE_TIMEOUT),
         request_timeout=_seconds(merged.get("request_timeout"), DEFAULT_REQUEST_TIMEOUT),
         images=merged.get("images") is True,
+        api=api,
     )
 
 
-def env_entry(environ: Mapping[str, str] = os.environ) -> ModelEntry:
-    """What the environment says: the model, base URL, window, cap and deadlines.
+def resolve_with_env(
+    settings: ModelEntry | None,
+    flags: ModelEntry | None = None,
+    *,
+    params: Mapping[str, JSONValue] | None = None,
+    models: ModelOverrides | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> ModelConfig | None:
+    """``settings``, then the environment, then ``flags``, as every command resolves them.
+
+    The endpoint variable the environment contributes is the API's own:
+    ``OPENAI_BASE_URL`` for chat completions and the Responses API,
+    ``ANTHROPIC_BASE_URL`` for Anthropic — so the API is settled first, with
+    the OpenAI variable (the endpoint Cairn always read), then the layers are
+    resolved again with the variable that API's SDK reads.
+    """
+    first = resolve_model(settings, env_entry(environ), flags, params=params, models=models)
+    if first is None or BASE_URL_ENV[first.api] == ENV_BASE_URL:
+        return first
+    env = env_entry(environ, api=first.api).model_copy(update={"api": first.api})
+    return resolve_model(settings, env, flags, params=params, models=models)
+
+
+def env_entry(environ: Mapping[str, str] = os.environ, *, api: WireAPI = DEFAULT_API) -> ModelEntry:
+    """What the environment says: the model, API, base URL, window, cap and deadlines.
+
+    The base URL is the variable of ``api``'s SDK (``BASE_URL_ENV``:
+    ``OPENAI_BASE_URL``, or ``ANTHROPIC_BASE_URL`` for Anthropic);
+    ``CAIRN_API`` is ``chat``, ``responses`` or ``anthropic``.
 
     Each variable counts on its own (``CAIRN_CONTEXT_WINDOW`` applies to a model
     named in ``settings.json`` too); an unset or empty one is silent. A bad
@@ -233,7 +304,8 @@ def env_entry(environ: Mapping[str, str] = os.environ) -> ModelEntry:
     """
     return ModelEntry(
         model=environ.get(ENV_MODEL, "").strip() or None,
-        base_url=environ.get(ENV_BASE_URL, "").strip() or None,
+        api=_env_api(environ),
+        base_url=environ.get(BASE_URL_ENV[api], "").strip() or None,
         context_window=_env_int(environ, ENV_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW),
         max_output_tokens=_env_int(environ, ENV_MAX_OUTPUT_TOKENS, 1),
         connect_timeout=_env_seconds(environ, ENV_CONNECT_TIMEOUT),
@@ -253,7 +325,21 @@ def window_notice(model: ModelConfig) -> str | None:
 
 def model_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig | None:
     """The model the environment alone configures (``None`` without ``CAIRN_MODEL``)."""
-    return resolve_model(env_entry(environ))
+    return resolve_with_env(None, environ=environ)
+
+
+def _env_api(environ: Mapping[str, str]) -> WireAPI | None:
+    raw = environ.get(ENV_API, "").strip()
+    if not raw:
+        return None
+    api = parse_api(raw)
+    if api is None:
+        raise ModelConfigError(f"{ENV_API} must be one of {', '.join(WIRE_APIS)}, got {raw!r}")
+    return api
+
+
+def _api(value: object) -> WireAPI:
+    return parse_api(value) or DEFAULT_API if isinstance(value, str) else DEFAULT_API
 
 
 def _env_int(environ: Mapping[str, str], name: str, low: int) -> int | None:

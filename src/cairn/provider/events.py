@@ -18,7 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from cairn.messages import Message, MessageMeta, ToolCall, Usage, new_id, scrub
+from cairn.messages import (
+    JSONObject,
+    Message,
+    MessageMeta,
+    NativeAPI,
+    NativeReasoning,
+    ToolCall,
+    Usage,
+    new_id,
+    scrub,
+)
 
 #: Delta fields that carry reasoning, in order of preference.
 REASONING_FIELDS: tuple[str, ...] = ("reasoning_content", "reasoning")
@@ -45,6 +55,19 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningItem:
+    """A whole piece of reasoning ``api`` wants back verbatim (``NativeReasoning``).
+
+    An Anthropic thinking or redacted-thinking block with its signature, or a
+    Responses reasoning item with its encrypted content; its readable text,
+    if any, has already streamed as ``ReasoningDelta`` events.
+    """
+
+    api: NativeAPI
+    item: JSONObject
+
+
+@dataclass(frozen=True, slots=True)
 class UsageEvent:
     usage: Usage
 
@@ -54,10 +77,12 @@ class Finish:
     reason: str | None
 
 
-StreamEvent: TypeAlias = ContentDelta | ReasoningDelta | ToolCallDelta | UsageEvent | Finish
+StreamEvent: TypeAlias = (
+    ContentDelta | ReasoningDelta | ReasoningItem | ToolCallDelta | UsageEvent | Finish
+)
 
 #: Events that count as output for ``output_started`` (a bare finish does not).
-OUTPUT_EVENTS = (ContentDelta, ReasoningDelta, ToolCallDelta, UsageEvent)
+OUTPUT_EVENTS = (ContentDelta, ReasoningDelta, ReasoningItem, ToolCallDelta, UsageEvent)
 
 
 def events_from_chunk(chunk: Mapping[str, object]) -> list[StreamEvent]:
@@ -163,6 +188,7 @@ class _PendingCall:
 class TurnAccumulator:
     """Folds stream events into one assistant message.
 
+    ``ReasoningItem`` events become the message's ``meta.native_reasoning``.
     Tool calls are assembled by ``index``: the first id and name seen for an
     index win, argument pieces are concatenated. A call that never received
     an id gets a fresh one so its result can still answer it.
@@ -175,6 +201,7 @@ class TurnAccumulator:
         self._usage: Usage | None = None
         self._finish_reason: str | None = None
         self._output_started = False
+        self._native: list[ReasoningItem] = []
 
     def add(self, event: StreamEvent) -> None:
         if isinstance(event, OUTPUT_EVENTS):
@@ -191,6 +218,8 @@ class TurnAccumulator:
                 call.name = event.name
             if event.arguments:
                 call.arguments.append(event.arguments)
+        elif isinstance(event, ReasoningItem):
+            self._native.append(event)
         elif isinstance(event, UsageEvent):
             self._usage = event.usage
         else:
@@ -244,5 +273,18 @@ class TurnAccumulator:
             content=None if calls and not text else text,
             tool_calls=calls,
             reasoning=self.reasoning or None,
-            meta=MessageMeta(usage=self._usage, extra=extra),
+            meta=MessageMeta(
+                usage=self._usage, extra=extra, native_reasoning=self.native_reasoning()
+            ),
         )
+
+    def native_reasoning(self) -> NativeReasoning | None:
+        """The reasoning items seen, in order; ``None`` when there were none.
+
+        A stream carries one API's items only; should two ever mix, the first
+        API's are kept, since sending another API's items would be refused.
+        """
+        if not self._native:
+            return None
+        api = self._native[0].api
+        return NativeReasoning(api, tuple(e.item for e in self._native if e.api == api))

@@ -64,6 +64,7 @@ from pydantic import (
 from cairn.errors import CairnError
 from cairn.messages import Usage
 from cairn.provider.limits import MIN_CONTEXT_WINDOW
+from cairn.wire_apis import WireAPI
 
 #: The data file, in this package.
 REGISTRY_FILE = "models.json"
@@ -97,10 +98,13 @@ class ModelOverride(BaseModel):
     context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, strict=True)
     max_output_tokens: int | None = Field(default=None, ge=1, strict=True)
     images: bool | None = Field(default=None, strict=True)
-    #: USD per million tokens: uncached input, cache hits, output.
+    #: The wire API the model is reached with by default (``model.api`` wins).
+    api: WireAPI | None = None
+    #: USD per million tokens: uncached input, cache hits, output, cache writes.
     input_price: _Price = None
     cached_input_price: _Price = None
     output_price: _Price = None
+    cache_write_price: _Price = None
 
 
 def _model_name(name: str) -> str:
@@ -123,6 +127,9 @@ class Prices:
     #: Input tokens read from the provider's prompt cache.
     cached_input: float | None = None
     output: float | None = None
+    #: Input tokens written to the cache, where the provider bills them apart
+    #: (Anthropic: 1.25 × input for the 5-minute cache).
+    cache_write: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,36 +148,43 @@ class ModelInfo:
     read: date | None
     #: What the figures mean where it is not obvious (a capped input, tiered prices …).
     note: str | None = None
+    #: The wire API its provider serves it on natively (``None``: chat completions).
+    api: WireAPI | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TokenCounts:
     """Tokens billed, by price: what ``price`` multiplies.
 
-    ``input`` is the prompt minus its cache hits (billed at the input price),
-    ``cached_input`` the cache hits, ``output`` the completion, reasoning included.
+    ``input`` is the prompt minus its cache hits, ``cached_input`` the cache
+    hits, ``output`` the completion, reasoning included; ``cache_write`` is
+    the part of ``input`` the provider reported writing to its cache.
     """
 
     input: int = 0
     cached_input: int = 0
     output: int = 0
+    cache_write: int = 0
 
     @classmethod
     def from_usage(cls, usage: Usage) -> TokenCounts:
-        """One response's counts. ``prompt_tokens`` includes the cache hits (the
-        chat-completions convention); tokens written to a cache count as input,
-        so a provider that bills writes above input (Anthropic) is priced low."""
+        """One response's counts. ``prompt_tokens`` includes the cache hits and
+        writes (the chat-completions convention, and how Cairn maps Anthropic's
+        usage), so no cache field is counted twice."""
         cached = usage.cached_tokens
         if cached is None:
             cached = usage.cache_read_input_tokens or 0
         cached = min(cached, usage.prompt_tokens)
-        return cls(usage.prompt_tokens - cached, cached, usage.completion_tokens)
+        uncached = usage.prompt_tokens - cached
+        written = min(usage.cache_creation_input_tokens or 0, uncached)
+        return cls(uncached, cached, usage.completion_tokens, written)
 
     def __add__(self, other: TokenCounts) -> TokenCounts:
         return TokenCounts(
             self.input + other.input,
             self.cached_input + other.cached_input,
             self.output + other.output,
+            self.cache_write + other.cache_write,
         )
 
 
@@ -182,7 +196,8 @@ def price(counts: TokenCounts, info: ModelInfo) -> float | None:
     """
     total = 0.0
     for tokens, rate in (
-        (counts.input, info.prices.input),
+        (counts.input - counts.cache_write, info.prices.input),
+        (counts.cache_write, info.prices.cache_write),
         (counts.cached_input, info.prices.cached_input),
         (counts.output, info.prices.output),
     ):
@@ -210,8 +225,14 @@ def lookup(name: str, overrides: ModelOverrides | None = None) -> ModelInfo | No
             context_window=override.context_window,
             max_output_tokens=override.max_output_tokens,
             images=override.images is True,
-            prices=Prices(override.input_price, override.cached_input_price, override.output_price),
+            prices=Prices(
+                override.input_price,
+                override.cached_input_price,
+                override.output_price,
+                override.cache_write_price,
+            ),
             read=None,
+            api=override.api,
         )
     info = entry.info
     if override is None:
@@ -226,9 +247,11 @@ def lookup(name: str, overrides: ModelOverrides | None = None) -> ModelInfo | No
             _first(override.input_price, prices.input),
             _first(override.cached_input_price, prices.cached_input),
             _first(override.output_price, prices.output),
+            _first(override.cache_write_price, prices.cache_write),
         ),
         read=info.read,
         note=info.note,
+        api=_first(override.api, info.api),
     )
 
 
@@ -306,9 +329,11 @@ class _Entry(BaseModel):
     context_window: int = Field(ge=MIN_CONTEXT_WINDOW, strict=True)
     max_output_tokens: int = Field(ge=1, strict=True)
     images: bool = Field(strict=True)
+    api: WireAPI | None = None
     input_price: _Price = None
     cached_input_price: _Price = None
     output_price: _Price = None
+    cache_write_price: _Price = None
     #: When these figures were read, if not the file's date.
     read: date | None = None
     note: str | None = None
@@ -378,9 +403,12 @@ def _known(entry: _Entry, read: date) -> _Known:
         context_window=entry.context_window,
         max_output_tokens=entry.max_output_tokens,
         images=entry.images,
-        prices=Prices(entry.input_price, entry.cached_input_price, entry.output_price),
+        prices=Prices(
+            entry.input_price, entry.cached_input_price, entry.output_price, entry.cache_write_price
+        ),
         read=entry.read or read,
         note=entry.note,
+        api=entry.api,
     )
     names = () if entry.name is None else (entry.name, *entry.aliases)
     return _Known(info, names, entry.pattern)

@@ -56,7 +56,8 @@ def chat_request(
     ``reasoning_field`` names the field under which a provider wants earlier
     reasoning sent back (e.g. DeepSeek's ``reasoning_content``).
     """
-    wire = to_wire([*system, *messages], reasoning_field=reasoning_field)
+    native_api = None if config.api == "chat" else config.api
+    wire = to_wire([*system, *messages], reasoning_field=reasoning_field, native_api=native_api)
     return ChatRequest(
         model=config.model,
         messages=tuple(wire),

@@ -50,6 +50,12 @@ from cairn.replay.fixed_context import (
     resolve_fixed_context,
 )
 from cairn.replay.metrics import Policy, RequestMetrics, SessionReport
+from cairn.replay.prompt_cache import (
+    CacheUse,
+    anthropic_breakpoints,
+    anthropic_cache_use,
+    openai_cache_read,
+)
 from cairn.replay.session import RecordedSession
 from cairn.store.jsonl import JsonlTranscriptStore
 from cairn.store.records import CompactionRecord, SessionRecord
@@ -291,6 +297,7 @@ class _Replay:
         sent = list(self.pipeline.messages)
         true_tokens = self._request_tokens(sent)
         shared = self._shared_prefix_tokens(sent)
+        anthropic = self._anthropic_cache(sent)
         self._previous = sent
 
         # Before the answer joins: the context right after the check's compaction.
@@ -323,6 +330,9 @@ class _Replay:
             post_tokens=outcome.post_tokens if outcome else None,
             overflow=true_tokens > self.budget,
             cache_eligible_tokens=shared,
+            openai_cache_read=openai_cache_read(shared),
+            anthropic_cache_read=anthropic.read,
+            anthropic_cache_write=anthropic.written,
             pipeline_seconds=elapsed,
             trigger_tokens=trigger if outcome else None,
             continuity=continuity,
@@ -346,6 +356,19 @@ class _Replay:
 
     def _request_tokens(self, messages: Sequence[Message]) -> int:
         return self.fixed_true + sum(self.count(m) for m in messages) + REPLY_PRIMING_TOKENS
+
+    def _anthropic_cache(self, messages: Sequence[Message]) -> CacheUse:
+        """What Anthropic's cache reads and writes of this request (``prompt_cache``)."""
+        sizes = [self.fixed_true]
+        for message in messages:
+            sizes.append(sizes[-1] + self.count(message))
+        shared = 0
+        for before, now in zip(self._previous, messages, strict=False):
+            if before is not now and before != now:
+                break
+            shared += 1
+        previous = anthropic_breakpoints(self._previous) if self._previous else ()
+        return anthropic_cache_use(previous, shared, messages, sizes.__getitem__)
 
     def _shared_prefix_tokens(self, messages: Sequence[Message]) -> int:
         if not self._previous:

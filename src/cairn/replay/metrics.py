@@ -33,6 +33,11 @@ class RequestMetrics:
     overflow: bool = False
     #: Tokens of the longest prefix shared with the previous request.
     cache_eligible_tokens: int = 0
+    #: What each API's prompt cache would read (and Anthropic's write) of this
+    #: request, by its documented rules (``cairn.replay.prompt_cache``).
+    openai_cache_read: int = 0
+    anthropic_cache_read: int = 0
+    anthropic_cache_write: int = 0
     pipeline_seconds: float = 0.0
     #: On a compaction: the exact size of the request that triggered it (cairn:
     #: the context as it stood before the check; post-response: the answered
@@ -190,6 +195,10 @@ class SessionReport:
     def cache_eligible_tokens(self) -> int:
         return sum(r.cache_eligible_tokens for r in self.requests)
 
+    def prompt_cache(self) -> JSONObject:
+        """Each API's cache reads over the session, as ``prompt_cache`` in the reports."""
+        return prompt_cache_totals(self.requests)
+
     @property
     def pipeline_seconds(self) -> float:
         return sum(r.pipeline_seconds for r in self.requests)
@@ -285,6 +294,7 @@ class ReplaySummary:
             "billed_prompt_tokens": billed,
             "cache_eligible_tokens": cached,
             "cache_eligible_share": round(cached / billed, 4) if billed else 0.0,
+            "prompt_cache": prompt_cache_totals(requests),
             "projection_error": ProjectionError.of(requests).to_dict(),
             "worst_under_estimate": _optional(UnderEstimate.worst(sessions)),
             "pipeline_seconds": round(sum(s.pipeline_seconds for s in sessions), 6),
@@ -314,3 +324,33 @@ def _headroom(wasted: Sequence[float]) -> JSONObject:
 
 def _optional(value: UnderEstimate | None) -> JSONValue:
     return None if value is None else value.to_dict()
+
+
+def prompt_cache_totals(requests: Sequence[RequestMetrics]) -> JSONObject:
+    """Per API family, the prompt tokens read from the cache, their share, and the rest.
+
+    ``openai`` is chat completions and the Responses API (automatic prefix
+    caching); ``anthropic`` is Messages with Cairn's breakpoints, whose cache
+    writes are counted apart (billed above the input price).
+    """
+    billed = sum(r.true_tokens for r in requests)
+    read_openai = sum(r.openai_cache_read for r in requests)
+    read_anthropic = sum(r.anthropic_cache_read for r in requests)
+    written = sum(r.anthropic_cache_write for r in requests)
+
+    def share(tokens: int) -> float:
+        return round(tokens / billed, 4) if billed else 0.0
+
+    return {
+        "openai": {
+            "read": read_openai,
+            "uncached": billed - read_openai,
+            "read_share": share(read_openai),
+        },
+        "anthropic": {
+            "read": read_anthropic,
+            "written": written,
+            "uncached": billed - read_anthropic,
+            "read_share": share(read_anthropic),
+        },
+    }

@@ -30,6 +30,9 @@ CSV_FIELDS = (
     "post_tokens",
     "overflow",
     "cache_eligible_tokens",
+    "openai_cache_read",
+    "anthropic_cache_read",
+    "anthropic_cache_write",
     "pipeline_us",
     "trigger_tokens",
     "continuity_checks",
@@ -116,6 +119,8 @@ COMPARE_ROWS: tuple[tuple[str, str], ...] = (
     ("handoffs", "handoffs"),
     ("prompt tokens billed", "billed_prompt_tokens"),
     ("cache-eligible share", "cache_eligible_share"),
+    ("cache read share, OpenAI (chat, responses)", "prompt_cache.openai.read_share"),
+    ("cache read share, Anthropic", "prompt_cache.anthropic.read_share"),
     ("projection error, mean |%|", "projection_error.mean_abs_pct"),
     ("worst under-estimate %", "projection_error.max_under_pct"),
     ("pipeline seconds", "pipeline_seconds"),
@@ -203,7 +208,7 @@ def _lookup(data: JSONObject, key: str) -> JSONValue:
 
 
 def _format(value: JSONValue, key: str) -> str:
-    if key == "cache_eligible_share" and isinstance(value, float):
+    if key.endswith("share") and isinstance(value, float):
         return f"{value:.1%}"
     if key == "wasted_headroom.mean" and isinstance(value, float):
         return f"{value:.1%}"
@@ -282,6 +287,9 @@ def write_report(
                             "" if r.post_tokens is None else r.post_tokens,
                             int(r.overflow),
                             r.cache_eligible_tokens,
+                            r.openai_cache_read,
+                            r.anthropic_cache_read,
+                            r.anthropic_cache_write,
                             round(r.pipeline_seconds * 1e6, 1),
                             "" if r.trigger_tokens is None else r.trigger_tokens,
                             *_continuity_cells(r),
@@ -325,6 +333,7 @@ def _session_json(session: SessionReport) -> JSONObject:
         "continuity": session.continuity.to_dict(max_failures=None),
         "billed_prompt_tokens": session.billed_prompt_tokens,
         "cache_eligible_tokens": session.cache_eligible_tokens,
+        "prompt_cache": session.prompt_cache(),
         "projection_error": ProjectionError.of(session.requests).to_dict(),
         "pipeline_seconds": round(session.pipeline_seconds, 6),
     }

@@ -35,12 +35,12 @@ from cairn.provider import (
     ModelConfig,
     ModelConfigError,
     ModelEntry,
-    OpenAIProvider,
-    env_entry,
-    resolve_model,
+    open_provider,
+    resolve_with_env,
 )
 from cairn.provider.config import MIN_CONTEXT_WINDOW
 from cairn.store import StoreError
+from cairn.wire_apis import WireAPI
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 EXIT_FAILED = 1
@@ -58,6 +58,8 @@ class PrintArgs:
     model: str | None = None
     context_window: int | None = None
     max_output_tokens: int | None = None
+    #: ``--api``: the wire API (``cairn.wire_apis``).
+    api: WireAPI | None = None
     permission_mode: PermissionMode = "accept-edits"
     max_turns: int = 50
     #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
@@ -81,6 +83,7 @@ def run_print(args: PrintArgs) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
         )
     except SetupError as exc:
         return _fail(f"cairn -p: {exc}", EXIT_USAGE)
@@ -90,7 +93,7 @@ def run_print(args: PrintArgs) -> int:
 async def _run(
     args: PrintArgs, prompt: str, *, settings_model: ModelConfig, settings: Settings
 ) -> int:
-    async with OpenAIProvider(settings_model) as provider:
+    async with open_provider(settings_model) as provider:
         # Nobody can answer a permission question here: ``ask`` refuses instead.
         runtime = Runtime(
             args.workspace,
@@ -198,6 +201,7 @@ def load_cli_model(
     model: str | None = None,
     context_window: int | None = None,
     max_output_tokens: int | None = None,
+    api: WireAPI | None = None,
 ) -> tuple[Settings, ModelConfig]:
     """The settings and the model, resolved the same way by every command."""
     try:
@@ -209,6 +213,7 @@ def load_cli_model(
                 model=model,
                 context_window=context_window,
                 max_output_tokens=max_output_tokens,
+                api=api,
             ),
         )
     except (SettingsError, ModelConfigError) as exc:
@@ -234,8 +239,9 @@ def resolve_cli_model(settings: Settings, args: PrintArgs) -> ModelConfig | None
         model=args.model or None,
         context_window=args.context_window,
         max_output_tokens=args.max_output_tokens,
+        api=args.api,
     )
-    return resolve_model(settings.model, env_entry(), flags, models=settings.models)
+    return resolve_with_env(settings.model, flags, models=settings.models)
 
 
 def _emit(

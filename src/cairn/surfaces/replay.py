@@ -30,7 +30,7 @@ from cairn.context.config import CompactionConfig
 from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.summarizer import Summarizer
 from cairn.errors import CairnError
-from cairn.provider import OpenAIProvider, model_from_env
+from cairn.provider import model_from_env, open_provider
 from cairn.provider.config import MIN_CONTEXT_WINDOW
 from cairn.replay.engine import MessageTokens, ReplayOptions, replay_sessions
 from cairn.replay.fixed_context import FixedContextError, check_requested, recorded_fixed
@@ -186,7 +186,7 @@ def _summarizer(name: str) -> Summarizer | None:
             "--summarizer llm needs a model: set CAIRN_MODEL (and OPENAI_BASE_URL and "
             "OPENAI_API_KEY for your endpoint)"
         )
-    return LLMSummarizer(OpenAIProvider(model), model)
+    return LLMSummarizer(open_provider(model), model)
 
 
 def _prepare(args: ReplayArgs) -> tuple[ImportResult, CompactionConfig, int | None]:

@@ -23,12 +23,13 @@ from acp.connection import Connection
 from acp.stdio import stdio_streams
 
 from cairn.agent.tools.base import PermissionMode
-from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.provider import ModelConfig, open_provider
 from cairn.surfaces.acp.channel import Channel
 from cairn.surfaces.acp.requests import CANCEL_REQUEST, InFlight
 from cairn.surfaces.acp.server import AgentSetup, CairnAgent, agent_router
 from cairn.surfaces.acp.transport import READ_CHUNK_BYTES, GuardedTransport, RefusedNotifications
 from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
+from cairn.wire_apis import WireAPI
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class AcpArgs:
     model: str | None = None
     context_window: int | None = None
     max_output_tokens: int | None = None
+    #: ``--api``: the wire API (``cairn.wire_apis``).
+    api: WireAPI | None = None
     permission_mode: PermissionMode = "accept-edits"
     #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
     instructions: bool = True
@@ -52,6 +55,7 @@ def run_acp(args: AcpArgs) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
         )
     except SetupError as exc:
         print(f"cairn acp: {exc}", file=sys.stderr)
@@ -73,7 +77,7 @@ async def _serve_stdio(
 ) -> None:
     reader, writer = await stdio_streams(limit=READ_CHUNK_BYTES)
     sys.stdout = sys.stderr
-    async with OpenAIProvider(model) as provider:
+    async with open_provider(model) as provider:
         setup = AgentSetup(model, provider, permission_mode, instructions=instructions)
         await serve(setup, reader, writer)
 

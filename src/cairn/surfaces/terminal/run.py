@@ -19,7 +19,7 @@ from cairn.agent.agent_session import AgentSession
 from cairn.agent.session import Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
-from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.provider import ModelConfig, open_provider
 from cairn.store import StoreError
 from cairn.surfaces.print_mode import (
     EXIT_FAILED,
@@ -31,6 +31,7 @@ from cairn.surfaces.print_mode import (
 from cairn.surfaces.terminal.app import CairnApp
 from cairn.surfaces.terminal.driver import driver_class
 from cairn.surfaces.terminal.picker import PickerApp
+from cairn.wire_apis import WireAPI
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class TerminalArgs:
     model: str | None = None
     context_window: int | None = None
     max_output_tokens: int | None = None
+    #: ``--api``: the wire API (``cairn.wire_apis``).
+    api: WireAPI | None = None
     permission_mode: PermissionMode = "accept-edits"
     #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
     instructions: bool = True
@@ -54,6 +57,7 @@ def run_terminal(args: TerminalArgs) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
         )
     except SetupError as exc:
         return _fail(f"cairn: {exc}", EXIT_USAGE)
@@ -61,7 +65,7 @@ def run_terminal(args: TerminalArgs) -> int:
 
 
 async def _run(args: TerminalArgs, model: ModelConfig, settings: Settings) -> int:
-    async with OpenAIProvider(model) as provider:
+    async with open_provider(model) as provider:
         runtime = Runtime(
             args.workspace,
             model,

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.agent.tools.base import PermissionMode
-from cairn.provider import OpenAIProvider
+from cairn.provider import open_provider
 from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
+from cairn.wire_apis import WireAPI
 
 #: What ``pip install`` adds for the browser UI.
 MISSING = "cairn web needs the web extra: pip install 'cairn[web]' ({})"
@@ -44,6 +45,8 @@ class WebArgs:
     model: str | None = None
     context_window: int | None = None
     max_output_tokens: int | None = None
+    #: ``--api``: the wire API (``cairn.wire_apis``).
+    api: WireAPI | None = None
     permission_mode: PermissionMode = "accept-edits"
     #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
     instructions: bool = True
@@ -68,6 +71,7 @@ def run_web(args: WebArgs) -> int:
             model=args.model,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            api=args.api,
         )
     except SetupError as exc:
         print(f"cairn web: {exc}", file=sys.stderr)
@@ -75,7 +79,7 @@ def run_web(args: WebArgs) -> int:
     token = new_token()
 
     async def serve() -> None:
-        async with OpenAIProvider(model) as provider:
+        async with open_provider(model) as provider:
             setup = WebSetup(
                 model,
                 provider,

@@ -1,0 +1,94 @@
+"""The Anthropic Messages client (``model.api = "anthropic"``, DESIGN §9).
+
+``AnthropicProvider`` turns a ``ChatRequest`` into a Messages request
+(``cairn.provider.anthropic_wire``: system and tools as Anthropic expects,
+tool calls and results as ``tool_use`` / ``tool_result`` blocks, thinking
+blocks sent back with their signatures, ``cache_control`` breakpoints so the
+next request and the compaction fork read this one's cache) and streams it
+through the official ``anthropic`` SDK. Deadlines, retries and errors are
+``cairn.provider.streaming``'s; "prompt is too long" is a
+``ContextLimitError`` like any other endpoint's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import anthropic
+from anthropic import AsyncAnthropic
+
+from cairn.provider.anthropic_wire import (
+    AnthropicStream,
+    AnthropicStreamError,
+    anthropic_body,
+    anthropic_error,
+)
+from cairn.provider.events import StreamEvent
+from cairn.provider.request import ChatRequest
+from cairn.provider.streaming import (
+    PLACEHOLDER_API_KEY,
+    SdkErrors,
+    StreamingProvider,
+    StreamReportedError,
+)
+
+ANTHROPIC_ERRORS = SdkErrors(
+    api=anthropic.APIError,
+    status=anthropic.APIStatusError,
+    connection=anthropic.APIConnectionError,
+    timeout=anthropic.APITimeoutError,
+)
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self._stream = AnthropicStream()
+
+    def feed(self, data: Mapping[str, object]) -> list[StreamEvent]:
+        try:
+            return self._stream.feed(data)
+        except AnthropicStreamError as exc:
+            raise StreamReportedError(
+                exc.message, code=exc.error_type, error_type=exc.error_type
+            ) from exc
+
+
+class AnthropicProvider(StreamingProvider):
+    """Streams Anthropic Messages from one endpoint (``ANTHROPIC_BASE_URL`` by default)."""
+
+    sdk_errors = ANTHROPIC_ERRORS
+
+    def _new_client(self) -> AsyncAnthropic:
+        key = self._api_key or os.environ.get(self.config.api_key_env) or PLACEHOLDER_API_KEY
+        return AsyncAnthropic(
+            api_key=key,
+            base_url=self.config.base_url,
+            max_retries=0,
+            timeout=anthropic.Timeout(
+                self.config.request_timeout, connect=self.config.connect_timeout
+            ),
+        )
+
+    def _parser(self) -> _Parser:
+        return _Parser()
+
+    def _create(self, client: AsyncAnthropic, request: ChatRequest, attempt: int) -> Any:
+        body = anthropic_body(request)
+        return client.messages.create(
+            model=str(body["model"]),
+            messages=body["messages"],  # type: ignore[arg-type]
+            max_tokens=body["max_tokens"],  # type: ignore[arg-type]
+            stream=True,
+            extra_body={k: v for k, v in body.items() if k not in _PASSED} or None,
+            # The SDK numbers its own retries; these are ours.
+            extra_headers={"x-stainless-retry-count": str(attempt)},
+        )
+
+    def _error_details(self, body: object) -> tuple[str | None, str | None]:
+        return anthropic_error(body)
+
+
+#: Body keys given to the SDK by name; the rest of the body goes as ``extra_body``.
+_PASSED = frozenset({"model", "messages", "max_tokens", "stream"})
