@@ -27,6 +27,22 @@ chunks (``stall_after``), send only SSE keep-alive comments
 (``keepalive_after``), reset the connection (``reset_before_headers``,
 ``reset_after``), slip raw bytes into the body (``inject``) and pace the
 chunks (``chunk_interval``). A stalled reply ends when the client goes away.
+
+Three wire APIs, routed by the path's end: ``…/chat/completions`` (OpenAI
+chat completions), ``…/messages`` (Anthropic Messages, ``wire_anthropic``)
+and ``…/responses`` (the OpenAI Responses API, ``wire_responses``). A native
+request is validated as the real API validates it (a refusal is recorded and
+answered with HTTP 400 without taking a scripted reply), then normalized to
+the chat-completions body a chat client would have sent: ``requests[i].body``
+and what responders see always have that one shape, and ``native`` keeps the
+body as received. The same ``Reply`` plays in every API, fault modes
+included; its counts (``error_after``, ``abort_after``, …) count chat chunks,
+which the native renderings group their events by, so a fault cuts every
+API's answer at the same point. The prompt count is the chat one, computed
+from the normalized body, so every API reports the same total; Anthropic's
+prompt caching (``cache_control`` breakpoints) and the Responses API's
+automatic caching split it as the providers document, and ``cache_stats``
+records each answered request's split.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import select
 import socket
 import socketserver
@@ -50,6 +67,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+import wire_anthropic
+import wire_responses
 
 DEFAULT_TEXT = "Hello from the test server."
 
@@ -227,6 +247,35 @@ class RecordedRequest:
     raw: bytes
     #: The client's port: two requests with the same port shared one connection.
     client_port: int = 0
+    #: The wire API: ``chat`` (chat completions), ``anthropic`` (Messages) or ``responses``.
+    api: str = "chat"
+    #: The body as received, for the native APIs (``body`` is its chat-completions form).
+    native: dict[str, Any] | None = None
+    #: The refusal's message when the server answered with a validation error (400/404)
+    #: instead of playing a reply.
+    rejected: str | None = None
+
+
+@dataclass(frozen=True)
+class CacheStat:
+    """How the server counted one answered request's prompt (``OpenAIServer.cache_stats``).
+
+    ``prompt_tokens`` is the chat count of the normalized body (or the
+    scripted ``UsageSpec.prompt_tokens``), the same for every API;
+    ``cache_read`` and ``cache_creation`` are the tokens read from and written
+    to the prompt cache, ``input_tokens`` the rest. In the Responses API's
+    own usage, ``input_tokens`` is ``prompt_tokens`` and ``cached_tokens`` is
+    ``cache_read``.
+    """
+
+    #: Index of the request in ``OpenAIServer.requests``.
+    request: int
+    api: str
+    prompt_tokens: int
+    cache_read: int
+    cache_creation: int
+    input_tokens: int
+    output_tokens: int
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -300,28 +349,90 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+        route = self.path.split("?", 1)[0].rstrip("/")
+        if route.endswith("/chat/completions"):
+            api = "chat"
+        elif route.endswith("/messages"):
+            api = "anthropic"
+        elif route.endswith("/responses"):
+            api = "responses"
+        else:
             self._send_json(404, ErrorSpec(f"no route {self.path}", type="not_found").to_json())
             return
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError:
-            self._send_json(400, ErrorSpec("request body is not JSON").to_json())
+            body = None
+        if not isinstance(body, dict):
+            self._refuse(api, wire_anthropic.Rejection("request body is not JSON"))
             return
-        owner = self.server.owner
-        reply = owner._record_and_next(
-            RecordedRequest(
-                method="POST",
-                path=self.path,
-                headers={k.lower(): v for k, v in self.headers.items()},
-                body=body,
-                raw=raw,
-                client_port=int(self.client_address[1]),
-            )
+        if api == "chat":
+            self._answer_chat(body, raw)
+        else:
+            self._answer_native(api, body, raw)
+
+    def _recorded(
+        self,
+        body: dict[str, Any],
+        raw: bytes,
+        api: str = "chat",
+        native: dict[str, Any] | None = None,
+        rejected: str | None = None,
+    ) -> RecordedRequest:
+        return RecordedRequest(
+            method="POST",
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+            raw=raw,
+            client_port=int(self.client_address[1]),
+            api=api,
+            native=native,
+            rejected=rejected,
         )
+
+    def _answer_chat(self, body: dict[str, Any], raw: bytes) -> None:
+        owner = self.server.owner
+        index, reply = owner._record(self._recorded(body, raw), take_reply=True)
+        assert reply is not None
         reply.started.set()
+        self._run(reply, _ChatAnswer(owner, index, reply, body))
+
+    def _answer_native(self, api: str, native: dict[str, Any], raw: bytes) -> None:
+        owner = self.server.owner
+        wire = wire_anthropic if api == "anthropic" else wire_responses
+        rejection = wire.validate(native, owner._secret)
         try:
-            self._play(reply, body)
+            body = wire.normalize(native)
+        except (AttributeError, TypeError, ValueError):  # a body too malformed to read
+            body = {}
+            rejection = rejection or wire_anthropic.Rejection("the request could not be read")
+        if rejection is not None:
+            owner._record(
+                self._recorded(body, raw, api, native, rejection.message), take_reply=False
+            )
+            self._refuse(api, rejection)
+            return
+        index, reply = owner._record(self._recorded(body, raw, api, native), take_reply=True)
+        assert reply is not None
+        reply.started.set()
+        answer_type = _AnthropicAnswer if api == "anthropic" else _ResponsesAnswer
+        self._run(reply, answer_type(owner, index, reply, body, native))
+
+    def _refuse(self, api: str, rejection: wire_anthropic.Rejection) -> None:
+        """Answer a request the API refuses, in that API's error format."""
+        if api == "anthropic":
+            request_id = _anthropic_request_id()
+            kind = wire_anthropic.error_type(rejection.status, None)
+            payload = wire_anthropic.error_body(kind, rejection.message, request_id)
+            self._send_json(rejection.status, payload, {"request-id": request_id})
+            return
+        error = ErrorSpec(rejection.message, code=rejection.code, param=rejection.param)
+        self._send_json(rejection.status, error.to_json())
+
+    def _run(self, reply: Reply, answer: _Answer) -> None:
+        try:
+            self._play(reply, answer)
         except (_StopError, BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
 
@@ -395,7 +506,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _StopError
         return False
 
-    def _play(self, reply: Reply, body: dict[str, Any]) -> None:
+    def _play(self, reply: Reply, answer: _Answer) -> None:
         if reply.hold is not None and reply.hold_after is None:
             self._wait(reply.hold)
         if reply.stall_before_headers:
@@ -406,15 +517,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if reply.status >= 400:
             error = reply.error or ErrorSpec("error", type="server_error")
-            headers = dict(reply.headers)
+            payload, extra = answer.http_error(reply.status, error)
+            headers = {**extra, **reply.headers}
             if reply.retry_after_ms is not None:
                 headers.setdefault("retry-after-ms", str(reply.retry_after_ms))
-            self._send_json(reply.status, error.to_json(), headers)
+            self._send_json(reply.status, payload, headers)
             return
-        if body.get("stream"):
-            self._stream(reply, body)
+        answer.prepare()
+        if answer.streams():
+            self._stream(reply, answer)
         else:
-            self._send_json(reply.status, _completion(reply, body), reply.headers)
+            self._send_json(reply.status, answer.complete(), {**answer.headers(), **reply.headers})
 
     def _send_json(
         self, status: int, payload: Mapping[str, Any], headers: Mapping[str, str] | None = None
@@ -432,17 +545,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
 
-    def _stream(self, reply: Reply, body: dict[str, Any]) -> None:
+    def _stream(self, reply: Reply, answer: _Answer) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("x-request-id", f"req_{uuid.uuid4().hex[:12]}")
-        for name, value in reply.headers.items():
+        for name, value in {**answer.headers(), **reply.headers}.items():
             self.send_header(name, value)
         self.end_headers()
         sent_all = 0
-        for sent, chunk in enumerate(_chunks(reply, body)):
+        for sent, frame in enumerate(answer.frames()):
             if reply.hold is not None and reply.hold_after == sent:
                 self._wait(reply.hold)
             if reply.abort_after == sent:
@@ -453,18 +566,17 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if reply.error_after == sent:
                 error = reply.error or ErrorSpec("stream failed", type="server_error")
-                self._write_chunk(
-                    b"event: error\ndata: %s\n\n" % json.dumps(error.to_json()).encode()
-                )
+                self._write_chunk(answer.error_frame(sent, error))
                 self._write_chunk(b"")
                 return
             if self._fault(reply, sent):
                 return
-            self._write_chunk(b"data: %s\n\n" % json.dumps(chunk).encode())
+            self._write_chunk(frame)
             sent_all = sent + 1
         if self._fault(reply, sent_all):
             return
-        self._write_chunk(b"data: [DONE]\n\n")
+        if answer.trailer:
+            self._write_chunk(answer.trailer)
         self._write_chunk(b"")  # the terminating zero-length chunk
 
     def _abort(self) -> None:
@@ -588,6 +700,224 @@ def _completion(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _anthropic_request_id() -> str:
+    return f"req_{uuid.uuid4().hex[:24]}"
+
+
+def _is_context_limit(error: ErrorSpec) -> bool:
+    text = error.message.lower()
+    return error.code == "context_length_exceeded" or any(
+        phrase in text
+        for phrase in ("prompt is too long", "maximum context length", "context window")
+    )
+
+
+class _Answer:
+    """How one reply is answered in one wire API; the handler plays it, fault modes included.
+
+    ``prepare`` runs once a response is certain (not for HTTP errors, stalls
+    or resets before the headers): it counts the prompt, splits it by cache
+    use and notes the split in ``OpenAIServer.cache_stats``.
+    """
+
+    #: Sent after the last frame, before the body ends.
+    trailer = b""
+    api = "chat"
+
+    def __init__(
+        self,
+        owner: OpenAIServer,
+        index: int,
+        reply: Reply,
+        body: dict[str, Any],
+        native: dict[str, Any] | None = None,
+    ) -> None:
+        self.owner = owner
+        self.index = index
+        self.reply = reply
+        self.body = body
+        self.native = native
+        self.usage: dict[str, Any] = {}
+
+    def streams(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    def prepare(self) -> None:
+        self.usage = _usage(self.reply, self.body)
+        read, creation = self.split()
+        prompt = int(self.usage["prompt_tokens"])
+        self.owner._note(
+            CacheStat(
+                request=self.index,
+                api=self.api,
+                prompt_tokens=prompt,
+                cache_read=read,
+                cache_creation=creation,
+                input_tokens=prompt - read - creation,
+                output_tokens=int(self.usage["completion_tokens"]),
+            )
+        )
+
+    def split(self) -> tuple[int, int]:
+        """Tokens of the prompt read from and written to the cache (after ``self.usage``)."""
+        details = self.usage.get("prompt_tokens_details") or {}
+        return int(details.get("cached_tokens") or 0), 0
+
+    def scripted_cached_tokens(self) -> int | None:
+        usage = self.reply.usage
+        return None if usage is None else usage.cached_tokens
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def http_error(self, status: int, error: ErrorSpec) -> tuple[dict[str, Any], dict[str, str]]:
+        return error.to_json(), {}
+
+    def frames(self) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def error_frame(self, sent: int, error: ErrorSpec) -> bytes:
+        raise NotImplementedError
+
+    def complete(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class _ChatAnswer(_Answer):
+    """Chat completions: ``data:`` chunks, then ``[DONE]`` (the server's original format)."""
+
+    trailer = b"data: [DONE]\n\n"
+
+    def frames(self) -> Iterator[bytes]:
+        for chunk in _chunks(self.reply, self.body):
+            yield b"data: %s\n\n" % json.dumps(chunk).encode()
+
+    def error_frame(self, sent: int, error: ErrorSpec) -> bytes:
+        return b"event: error\ndata: %s\n\n" % json.dumps(error.to_json()).encode()
+
+    def complete(self) -> dict[str, Any]:
+        return _completion(self.reply, self.body)
+
+
+class _AnthropicAnswer(_Answer):
+    """Anthropic Messages: typed SSE events, prompt caching by ``cache_control`` breakpoints."""
+
+    api = "anthropic"
+
+    def __init__(
+        self,
+        owner: OpenAIServer,
+        index: int,
+        reply: Reply,
+        body: dict[str, Any],
+        native: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(owner, index, reply, body, native)
+        self.request_id = _anthropic_request_id()
+        self.turn: wire_anthropic.Turn | None = None
+
+    def split(self) -> tuple[int, int]:
+        assert self.native is not None
+        prompt = int(self.usage["prompt_tokens"])
+        layout = wire_anthropic.cache_layout(self.native)
+        split = self.owner._anthropic_cache.account(layout, prompt, self.owner.cache_min_tokens)
+        scripted = self.scripted_cached_tokens()
+        if scripted is not None:  # the reply scripts the cache read
+            split = wire_anthropic.CacheSplit(scripted, 0, prompt - scripted)
+        self.turn = wire_anthropic.Turn(
+            model=str(self.native.get("model", "test-model")),
+            message_id=wire_anthropic.new_message_id(),
+            split=split,
+            output_tokens=int(self.usage["completion_tokens"]),
+            secret=self.owner._secret,
+        )
+        return split.read, split.creation
+
+    def headers(self) -> dict[str, str]:
+        return {"request-id": self.request_id}
+
+    def http_error(self, status: int, error: ErrorSpec) -> tuple[dict[str, Any], dict[str, str]]:
+        return self._error_body(status, error), self.headers()
+
+    def _error_body(self, status: int, error: ErrorSpec) -> dict[str, Any]:
+        kind = wire_anthropic.error_type(status, error.type)
+        message = wire_anthropic.error_message(error.message, error.code)
+        return wire_anthropic.error_body(kind, message, self.request_id)
+
+    def frames(self) -> Iterator[bytes]:
+        assert self.turn is not None
+        for group in wire_anthropic.stream_events(self.reply, self.turn):
+            yield b"".join(wire_anthropic.sse(event) for event in group)
+
+    def error_frame(self, sent: int, error: ErrorSpec) -> bytes:
+        # A stream that already started reports its error as an SSE ``error`` event.
+        return wire_anthropic.sse(self._error_body(200, error))
+
+    def complete(self) -> dict[str, Any]:
+        assert self.turn is not None
+        return wire_anthropic.message(self.reply, self.turn)
+
+
+class _ResponsesAnswer(_Answer):
+    """The Responses API: semantic SSE events with sequence numbers, automatic caching."""
+
+    api = "responses"
+
+    def __init__(
+        self,
+        owner: OpenAIServer,
+        index: int,
+        reply: Reply,
+        body: dict[str, Any],
+        native: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(owner, index, reply, body, native)
+        self.turn: wire_responses.Turn | None = None
+        self.groups: list[list[dict[str, Any]]] = []
+
+    def split(self) -> tuple[int, int]:
+        assert self.native is not None
+        prompt = int(self.usage["prompt_tokens"])
+        cached = self.owner._responses_cache.account(
+            self.native, prompt, self.owner.cache_min_tokens
+        )
+        scripted = self.scripted_cached_tokens()
+        if scripted is not None:
+            cached = scripted
+        completion = int(self.usage["completion_tokens"])
+        reasoning = min(completion, (len(self.reply.reasoning or "") + 3) // 4)
+        usage = None
+        if not self.reply.omit_usage:
+            total = int(self.usage.get("total_tokens", prompt + completion))
+            usage = wire_responses.usage_json(prompt, cached, completion, reasoning, total)
+        self.turn = wire_responses.new_turn(self.native, usage, self.owner._secret)
+        return cached, 0
+
+    def frames(self) -> Iterator[bytes]:
+        assert self.turn is not None
+        self.groups = wire_responses.stream_events(self.reply, self.turn)
+        for group in self.groups:
+            yield b"".join(wire_responses.sse(event) for event in group)
+
+    def error_frame(self, sent: int, error: ErrorSpec) -> bytes:
+        assert self.turn is not None
+        number = sum(len(group) for group in self.groups[:sent])
+        if _is_context_limit(error):
+            code = "context_length_exceeded"
+        elif error.code:
+            code = error.code
+        elif error.type == "rate_limit_exceeded":
+            code = "rate_limit_exceeded"
+        else:
+            code = "server_error"
+        event = wire_responses.failed_event(self.turn, code, error.message, number)
+        return wire_responses.sse(event)
+
+    def complete(self) -> dict[str, Any]:
+        assert self.turn is not None
+        return wire_responses.response_object(self.reply, self.turn)
+
+
 class OpenAIServer:
     """The scripted server. ``start()``/``stop()``, or use it as a context manager."""
 
@@ -598,6 +928,14 @@ class OpenAIServer:
         self._responder: Callable[[dict[str, Any]], Reply | None] | None = None
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stats: list[CacheStat] = []
+        #: Signs thinking blocks and seals reasoning items, so forged ones are refused.
+        self._secret = os.urandom(32)
+        self._anthropic_cache = wire_anthropic.PromptCache()
+        self._responses_cache = wire_responses.PrefixCache()
+        #: The fewest tokens a cached prefix may have (Anthropic's breakpoints, the
+        #: Responses API's automatic cache): 1024, as both providers document.
+        self.cache_min_tokens = 1024
 
     # -- lifecycle -------------------------------------------------------
 
@@ -668,14 +1006,25 @@ class OpenAIServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every chat-completions request received so far, in arrival order."""
+        """Every request received so far (all three APIs, refused ones too), in arrival order."""
         with self._lock:
             return list(self._requests)
 
     @property
     def bodies(self) -> list[dict[str, Any]]:
-        """The parsed JSON bodies of ``requests``."""
+        """The bodies of ``requests`` in chat-completions form (native ones normalized)."""
         return [r.body for r in self.requests]
+
+    @property
+    def cache_stats(self) -> list[CacheStat]:
+        """How each answered request's prompt was counted and split by cache use, in order."""
+        with self._lock:
+            return list(self._stats)
+
+    def clear_caches(self) -> None:
+        """Forget every cached prompt prefix (Anthropic's and the Responses API's)."""
+        self._anthropic_cache.clear()
+        self._responses_cache.clear()
 
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
         """Block until ``count`` requests arrived; ``TimeoutError`` otherwise."""
@@ -685,15 +1034,28 @@ class OpenAIServer:
             return list(self._requests)
 
     def _record_and_next(self, request: RecordedRequest) -> Reply:
+        _, reply = self._record(request, take_reply=True)
+        assert reply is not None
+        return reply
+
+    def _record(self, request: RecordedRequest, *, take_reply: bool) -> tuple[int, Reply | None]:
+        """Record ``request``; its index and, with ``take_reply``, the reply it gets."""
         with self._lock:
             self._requests.append(request)
+            index = len(self._requests) - 1
             self._lock.notify_all()
+            if not take_reply:
+                return index, None
             if self._queue:
-                return self._queue.popleft()
+                return index, self._queue.popleft()
             responder = self._responder
         if responder is not None:
-            return responder(request.body) or Reply()
-        return Reply()
+            return index, responder(request.body) or Reply()
+        return index, Reply()
+
+    def _note(self, stat: CacheStat) -> None:
+        with self._lock:
+            self._stats.append(stat)
 
 
 @pytest.fixture(name="openai_server")

@@ -1,0 +1,213 @@
+"""What a long session costs on each API: the compaction fork reads its main request's cache.
+
+The real agent runs a long coding session — reads, commands, snips, a
+handoff, several LLM compactions — against the local server speaking
+Anthropic Messages and the OpenAI Responses API as documented. The server
+implements each API's prompt caching (Anthropic: a ``cache_control``
+breakpoint caches the prefix up to it, a later request sharing that prefix
+within 20 blocks of one of its own breakpoints reads it; OpenAI: the shared
+prefix from 1,024 tokens, in steps of 128) and reports it in the API's own
+usage fields. The properties:
+
+- every Anthropic fork reads from the cache everything its main request
+  cached — ``cache_read`` = that request's read + write — so only the
+  messages appended since and the instruction are uncached;
+- the pipeline never counts a cache field twice: each answer's stored
+  ``prompt_tokens`` is the server's whole prompt (input + read + write), the
+  same number chat completions reports for the same body;
+- the share of input read from the cache, over the forks and over the
+  session, is printed (and recorded as a JUnit property) for the README.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.agent.loop import run_turn
+from cairn.agent.session import Runtime
+from cairn.agent.settings import Settings
+from cairn.messages import Usage
+from cairn.provider import ModelConfig, open_provider
+from cairn.store import CompactionRecord, read_transcript
+from cairn.wire_apis import WireAPI
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    CacheStat,
+    OpenAIServer,
+    RecordedRequest,
+    Reply,
+    ToolCallSpec,
+    openai_server_fixture,
+)
+
+SUMMARY = (
+    "<summary>\n## Objective and constraints\nFix add() in calc.py.\n"
+    "## Exact next action\nRun python check.py.\n</summary>"
+)
+
+
+def is_fork(body: dict[str, Any]) -> bool:
+    last = body["messages"][-1]
+    return last["role"] == "user" and "TEXT ONLY" in str(last.get("content"))
+
+
+def call(name: str, **args: Any) -> Reply:
+    return Reply(tool_calls=[ToolCallSpec(name, json.dumps(args))])
+
+
+def long_session(tmp_path: Path, server: OpenAIServer, api: WireAPI) -> list[Usage]:
+    """The session of ``test_fork_prefix``, on ``api``; the usages the transcript stored."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    for n in range(6):
+        lines = "".join(f"module {n} line {i}: value = compute({i})\n" for i in range(45))
+        (workspace / f"m{n}.py").write_text(lines)
+    (workspace / "log.txt").write_text("".join(f"build step {i} ok\n" for i in range(300)))
+    plan = [
+        *(call("read_file", path=f"m{n % 6}.py") for n in range(10)),
+        *(call("bash", command="cat log.txt") for _ in range(6)),
+        *(call("read_file", path=f"m{n % 6}.py") for n in range(10)),
+        call("edit_file", path="calc.py", old_string="a - b", new_string="a + b"),
+        Reply(text="Fixed add()."),
+    ]
+
+    def model(body: dict[str, Any]) -> Reply:
+        return Reply(text=SUMMARY) if is_fork(body) else (plan.pop(0) if plan else Reply("ok"))
+
+    server.respond_with(model)
+    config = ModelConfig(model="m", base_url=server.base_url, context_window=14_336, api=api)
+    runtime = Runtime(
+        workspace,
+        config,
+        open_provider(config),
+        settings=Settings(),
+        home=tmp_path / "home",
+        permission_mode="bypass",
+    )
+    session = runtime.new_session()
+    result = asyncio.run(run_turn(session, "add() in calc.py is wrong; survey and fix it"))
+    runtime.close()
+    assert result.text == "Fixed add()."
+    records = read_transcript(session.path).records
+    assert sum(isinstance(r, CompactionRecord) for r in records) >= 2
+    return [m.meta.usage for m in session.pipeline.messages if m.meta.usage is not None]
+
+
+def share(stats: list[CacheStat]) -> float:
+    prompt = sum(s.prompt_tokens for s in stats)
+    return sum(s.cache_read for s in stats) / prompt
+
+
+def report(
+    api: str,
+    stats: list[CacheStat],
+    forks: list[CacheStat],
+    record_property: Callable[[str, object], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    record_property(f"{api}_cache_share_forks", round(share(forks), 4))
+    record_property(f"{api}_cache_share_session", round(share(stats), 4))
+    with capsys.disabled():
+        print(
+            f"\n{api}: {len(stats)} requests, {len(forks)} forks; input read from the cache: "
+            f"forks {share(forks):.1%}, whole session {share(stats):.1%}"
+        )
+
+
+def split(server: OpenAIServer) -> tuple[list[RecordedRequest], dict[int, CacheStat]]:
+    requests = server.requests
+    assert not [r.rejected for r in requests if r.rejected], "the server refused a request"
+    return requests, {s.request: s for s in server.cache_stats}
+
+
+def test_anthropic_forks_read_everything_their_main_request_cached(
+    tmp_path: Path,
+    openai_server: OpenAIServer,
+    record_property: Callable[[str, object], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    usages = long_session(tmp_path, openai_server, "anthropic")
+    requests, stats = split(openai_server)
+    assert {r.api for r in requests} == {"anthropic"}
+    forks = [i for i, r in enumerate(requests) if is_fork(r.body)]
+    assert len(forks) >= 2
+    for i in forks:
+        main = max(j for j in range(i) if not is_fork(requests[j].body))
+        fork, cached = stats[i], stats[main]
+        # Everything the main request cached is read; the rest is what came after.
+        assert fork.cache_read == cached.cache_read + cached.cache_creation > 0, (i, main)
+        assert fork.input_tokens == 0 and fork.cache_creation > 0
+        # The fork's native body extends its main request's, block for block.
+        assert _blocks(requests[i].native)[: len(_blocks(requests[main].native))] == _blocks(
+            requests[main].native
+        )
+    # A request that extends the one before it reads all of that one's cache too.
+    mains = [i for i in range(len(requests)) if i not in forks]
+    extended = [(a, b) for a, b in itertools.pairwise(mains) if _extends(requests[a], requests[b])]
+    assert len(extended) >= len(mains) // 2
+    for a, b in extended:
+        assert stats[b].cache_read == stats[a].cache_read + stats[a].cache_creation
+    _never_twice(usages, requests, stats)
+    report("anthropic", list(stats.values()), [stats[i] for i in forks], record_property, capsys)
+
+
+def test_responses_forks_are_read_from_the_automatic_cache(
+    tmp_path: Path,
+    openai_server: OpenAIServer,
+    record_property: Callable[[str, object], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    usages = long_session(tmp_path, openai_server, "responses")
+    requests, stats = split(openai_server)
+    assert {r.api for r in requests} == {"responses"}
+    forks = [i for i, r in enumerate(requests) if is_fork(r.body)]
+    assert len(forks) >= 2
+    for i in forks:
+        main = max(j for j in range(i) if not is_fork(requests[j].body))
+        # The whole main request is a prefix of the fork: all of it is cached, but for
+        # OpenAI's 128-token steps.
+        assert stats[main].prompt_tokens - 128 < stats[i].cache_read <= stats[main].prompt_tokens
+        native_main, native_fork = requests[main].native, requests[i].native
+        assert native_main is not None and native_fork is not None
+        assert native_fork["input"][: len(native_main["input"])] == native_main["input"]
+    _never_twice(usages, requests, stats)
+    report("responses", list(stats.values()), [stats[i] for i in forks], record_property, capsys)
+
+
+def _never_twice(
+    usages: list[Usage], requests: list[RecordedRequest], stats: dict[int, CacheStat]
+) -> None:
+    """Each stored usage's prompt is the server's whole prompt, cache included once."""
+    answered = {s.prompt_tokens for i, s in stats.items() if not is_fork(requests[i].body)}
+    assert usages
+    for usage in usages:
+        read = usage.cache_read_input_tokens or usage.cached_tokens or 0
+        written = usage.cache_creation_input_tokens or 0
+        assert usage.prompt_tokens in answered
+        assert read + written <= usage.prompt_tokens
+        assert usage.context_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def _blocks(native: dict[str, Any] | None) -> list[Any]:
+    """The body's content blocks in cache order, ``cache_control`` removed."""
+    assert native is not None
+    out: list[Any] = []
+    for n, message in enumerate(native["messages"]):
+        content = message["content"]
+        for block in [content] if isinstance(content, str) else content:
+            if isinstance(block, dict):
+                block = {k: v for k, v in block.items() if k != "cache_control"}
+            out.append((n, message["role"], block))
+    return out
+
+
+def _extends(before: RecordedRequest, after: RecordedRequest) -> bool:
+    a, b = _blocks(before.native), _blocks(after.native)
+    return b[: len(a)] == a
