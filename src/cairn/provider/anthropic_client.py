@@ -12,8 +12,6 @@ through the official ``anthropic`` SDK. Deadlines, retries and errors are
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 import anthropic
@@ -21,17 +19,13 @@ from anthropic import AsyncAnthropic
 
 from cairn.provider.anthropic_wire import (
     AnthropicStream,
-    AnthropicStreamError,
     anthropic_body,
     anthropic_error,
 )
-from cairn.provider.events import StreamEvent
 from cairn.provider.request import ChatRequest
 from cairn.provider.streaming import (
-    PLACEHOLDER_API_KEY,
     SdkErrors,
     StreamingProvider,
-    StreamReportedError,
 )
 
 ANTHROPIC_ERRORS = SdkErrors(
@@ -42,28 +36,14 @@ ANTHROPIC_ERRORS = SdkErrors(
 )
 
 
-class _Parser:
-    def __init__(self) -> None:
-        self._stream = AnthropicStream()
-
-    def feed(self, data: Mapping[str, object]) -> list[StreamEvent]:
-        try:
-            return self._stream.feed(data)
-        except AnthropicStreamError as exc:
-            raise StreamReportedError(
-                exc.message, code=exc.error_type, error_type=exc.error_type
-            ) from exc
-
-
 class AnthropicProvider(StreamingProvider):
     """Streams Anthropic Messages from one endpoint (``ANTHROPIC_BASE_URL`` by default)."""
 
     sdk_errors = ANTHROPIC_ERRORS
 
     def _new_client(self) -> AsyncAnthropic:
-        key = self._api_key or os.environ.get(self.config.api_key_env) or PLACEHOLDER_API_KEY
         return AsyncAnthropic(
-            api_key=key,
+            api_key=self.api_key(),
             base_url=self.config.base_url,
             max_retries=0,
             timeout=anthropic.Timeout(
@@ -71,8 +51,8 @@ class AnthropicProvider(StreamingProvider):
             ),
         )
 
-    def _parser(self) -> _Parser:
-        return _Parser()
+    def _parser(self) -> AnthropicStream:
+        return AnthropicStream()
 
     def _create(self, client: AsyncAnthropic, request: ChatRequest, attempt: int) -> Any:
         body = anthropic_body(request)

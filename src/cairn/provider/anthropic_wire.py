@@ -25,7 +25,6 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cairn.errors import CairnError
 from cairn.messages import NATIVE_REASONING_FIELD, JSONObject, JSONValue, Usage, scrub
 from cairn.provider.events import (
     ContentDelta,
@@ -37,6 +36,7 @@ from cairn.provider.events import (
     UsageEvent,
 )
 from cairn.provider.request import ChatRequest
+from cairn.provider.streaming import StreamReportedError
 from cairn.wire_apis import ANTHROPIC_DEFAULT_MAX_TOKENS
 
 __all__ = [
@@ -456,17 +456,14 @@ def _count_marked(blocks: Sequence[JSONValue]) -> int:
 # Stream events
 
 
-class AnthropicStreamError(CairnError, RuntimeError):
+class AnthropicStreamError(StreamReportedError):
     """An ``error`` event arrived mid-stream (``overloaded_error``, ``api_error`` …).
 
-    The client shell turns it into a ``ProviderError``; it is a ``CairnError``
-    so that, should one ever escape, it still reads as the provider's failure.
+    The stream loop turns it into a ``ProviderError``; its error type is also its code.
     """
 
     def __init__(self, message: str, error_type: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.error_type = error_type
+        super().__init__(message, code=error_type, error_type=error_type)
 
 
 @dataclass(slots=True)

@@ -9,7 +9,6 @@ wire APIs.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -20,7 +19,6 @@ from cairn.provider.errors import ContextLimitError, ProviderError
 from cairn.provider.events import StreamEvent, events_from_chunk
 from cairn.provider.request import ChatRequest
 from cairn.provider.streaming import (
-    PLACEHOLDER_API_KEY,
     Call,
     SdkErrors,
     StreamingProvider,
@@ -55,9 +53,8 @@ class OpenAIClientBase(StreamingProvider):
         # The SDK never retries (``stream`` does, within the deadline) and gets
         # only the connect timeout; its read timeout is the overall deadline, a
         # backstop behind the timers of ``stream``.
-        key = self._api_key or os.environ.get(self.config.api_key_env) or PLACEHOLDER_API_KEY
         return AsyncOpenAI(
-            api_key=key,
+            api_key=self.api_key(),
             base_url=self.config.base_url,
             max_retries=0,
             timeout=openai.Timeout(

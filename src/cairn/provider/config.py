@@ -339,7 +339,8 @@ def _env_api(environ: Mapping[str, str]) -> WireAPI | None:
 
 
 def _api(value: object) -> WireAPI:
-    return parse_api(value) or DEFAULT_API if isinstance(value, str) else DEFAULT_API
+    api = parse_api(value) if isinstance(value, str) else None
+    return api or DEFAULT_API
 
 
 def _env_int(environ: Mapping[str, str], name: str, low: int) -> int | None:

@@ -10,20 +10,16 @@ SDK; deadlines, retries and errors are ``cairn.provider.streaming``'s.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from openai import AsyncOpenAI
 
 from cairn.provider.client import OpenAIClientBase
-from cairn.provider.events import StreamEvent
 from cairn.provider.request import ChatRequest
 from cairn.provider.responses_wire import (
     ResponsesStream,
-    ResponsesStreamError,
     responses_body,
 )
-from cairn.provider.streaming import StreamReportedError
 
 #: The model families that reason (o-series, GPT-5 but its chat snapshots, Codex): only
 #: these take ``include: ["reasoning.encrypted_content"]``; the others refuse it with
@@ -36,22 +32,11 @@ def reasons(model: str) -> bool:
     return _REASONING.match(model.strip().lower().rpartition("/")[2]) is not None
 
 
-class _Parser:
-    def __init__(self) -> None:
-        self._stream = ResponsesStream()
-
-    def feed(self, data: Mapping[str, object]) -> list[StreamEvent]:
-        try:
-            return self._stream.feed(data)
-        except ResponsesStreamError as exc:
-            raise StreamReportedError(exc.message, code=exc.code) from exc
-
-
 class ResponsesProvider(OpenAIClientBase):
     """Streams the OpenAI Responses API from one endpoint, statelessly."""
 
-    def _parser(self) -> _Parser:
-        return _Parser()
+    def _parser(self) -> ResponsesStream:
+        return ResponsesStream()
 
     def _create(self, client: AsyncOpenAI, request: ChatRequest, attempt: int) -> Any:
         body = responses_body(request, encrypted_reasoning=reasons(request.model))

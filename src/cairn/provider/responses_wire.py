@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from cairn.errors import CairnError
 from cairn.messages import NATIVE_REASONING_FIELD, JSONObject, JSONValue, Usage, scrub
 from cairn.provider.events import (
     ContentDelta,
@@ -31,6 +30,7 @@ from cairn.provider.events import (
     UsageEvent,
 )
 from cairn.provider.request import ChatRequest
+from cairn.provider.streaming import StreamReportedError
 
 __all__ = [
     "ENCRYPTED_REASONING",
@@ -64,13 +64,11 @@ _CAP_REASON = "max_output_tokens"
 _REASONING_SEPARATOR = "\n\n"
 
 
-class ResponsesStreamError(CairnError, RuntimeError):
+class ResponsesStreamError(StreamReportedError):
     """The stream reported a failure (``response.failed`` or an ``error`` event)."""
 
     def __init__(self, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+        super().__init__(message, code=code)
 
 
 # ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import asyncio
 import email.utils
 import json
 import math
+import os
 import random
 import time
 from abc import ABC, abstractmethod
@@ -206,6 +207,10 @@ class StreamingProvider(ABC):
         return None
 
     # -- the client -----------------------------------------------------
+
+    def api_key(self) -> str:
+        """The key given, else the configured variable's, else a placeholder."""
+        return self._api_key or os.environ.get(self.config.api_key_env) or PLACEHOLDER_API_KEY
 
     def _sdk(self) -> Any:
         """The SDK client for the running event loop.

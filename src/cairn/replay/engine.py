@@ -296,8 +296,7 @@ class _Replay:
 
         sent = list(self.pipeline.messages)
         true_tokens = self._request_tokens(sent)
-        shared = self._shared_prefix_tokens(sent)
-        anthropic = self._anthropic_cache(sent)
+        shared, anthropic = self._prompt_cache(sent)
         self._previous = sent
 
         # Before the answer joins: the context right after the check's compaction.
@@ -357,28 +356,21 @@ class _Replay:
     def _request_tokens(self, messages: Sequence[Message]) -> int:
         return self.fixed_true + sum(self.count(m) for m in messages) + REPLY_PRIMING_TOKENS
 
-    def _anthropic_cache(self, messages: Sequence[Message]) -> CacheUse:
-        """What Anthropic's cache reads and writes of this request (``prompt_cache``)."""
+    def _prompt_cache(self, messages: Sequence[Message]) -> tuple[int, CacheUse]:
+        """The prefix shared with the previous request, in tokens (0 for the first), and
+        what Anthropic's cache reads and writes of this one (``prompt_cache``)."""
         sizes = [self.fixed_true]
         for message in messages:
             sizes.append(sizes[-1] + self.count(message))
+        if not self._previous:
+            return 0, anthropic_cache_use((), 0, messages, sizes.__getitem__)
         shared = 0
         for before, now in zip(self._previous, messages, strict=False):
             if before is not now and before != now:
                 break
             shared += 1
-        previous = anthropic_breakpoints(self._previous) if self._previous else ()
-        return anthropic_cache_use(previous, shared, messages, sizes.__getitem__)
-
-    def _shared_prefix_tokens(self, messages: Sequence[Message]) -> int:
-        if not self._previous:
-            return 0
-        shared = self.fixed_true
-        for before, now in zip(self._previous, messages, strict=False):
-            if before is not now and before != now:
-                break
-            shared += self.count(now)
-        return shared
+        previous = anthropic_breakpoints(self._previous)
+        return sizes[shared], anthropic_cache_use(previous, shared, messages, sizes.__getitem__)
 
 
 def read_saved(path: str) -> str | None:
