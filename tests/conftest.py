@@ -9,6 +9,7 @@ import pytest
 
 from cairn.messages import Message, ToolCall, Usage, assistant, new_id, tool_result, user
 from cairn.store import JsonlTranscriptStore, SessionRecord
+from cairn.wire_apis import WIRE_APIS, WireAPI
 
 
 def tool_round(n_calls: int = 1, *, text: str = "result", tag: str = "") -> list[Message]:
@@ -34,3 +35,10 @@ def store(store_path: Path) -> Iterator[JsonlTranscriptStore]:
     s = JsonlTranscriptStore.create(store_path, SessionRecord(session_id="s1", workspace="/ws"))
     yield s
     s.close()
+
+
+@pytest.fixture(params=WIRE_APIS)
+def wire_api(request: pytest.FixtureRequest) -> WireAPI:
+    """Each wire API in turn: a test that takes it runs once per API, its body unchanged."""
+    api: WireAPI = request.param
+    return api

@@ -70,6 +70,7 @@ import pytest
 
 import wire_anthropic
 import wire_responses
+from cairn.wire_apis import WIRE_APIS, WireAPI
 
 DEFAULT_TEXT = "Hello from the test server."
 
@@ -486,13 +487,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             time.sleep(0.001)
 
-    def _fault(self, reply: Reply, sent: int) -> bool:
+    def _fault(self, reply: Reply, sent: int, answer: _Answer) -> bool:
         """Play the fault mode due after ``sent`` chunks; whether the response is over."""
         if reply.inject is not None and reply.inject_after == sent:
             if reply.inject_unframed:
                 self.wfile.write(reply.inject)
             else:
-                self._write_chunk(reply.inject)
+                self._write_chunk(answer.injected(reply.inject))
         if reply.stall_after == sent:
             self._until_client_leaves()
             return True
@@ -569,11 +570,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write_chunk(answer.error_frame(sent, error))
                 self._write_chunk(b"")
                 return
-            if self._fault(reply, sent):
+            if self._fault(reply, sent, answer):
                 return
             self._write_chunk(frame)
             sent_all = sent + 1
-        if self._fault(reply, sent_all):
+        if self._fault(reply, sent_all, answer):
             return
         if answer.trailer:
             self._write_chunk(answer.trailer)
@@ -779,6 +780,10 @@ class _Answer:
     def error_frame(self, sent: int, error: ErrorSpec) -> bytes:
         raise NotImplementedError
 
+    def injected(self, raw: bytes) -> bytes:
+        """The bytes a reply slips into the stream (``Reply.inject``), as this API frames them."""
+        return raw
+
     def complete(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -853,6 +858,11 @@ class _AnthropicAnswer(_Answer):
         # A stream that already started reports its error as an SSE ``error`` event.
         return wire_anthropic.sse(self._error_body(200, error))
 
+    def injected(self, raw: bytes) -> bytes:
+        # Every Anthropic event is named, and clients skip a data line whose event they
+        # do not know: a bare one goes out as the content delta a broken proxy would mangle.
+        return b"event: content_block_delta\n" + raw if raw.startswith(b"data:") else raw
+
     def complete(self) -> dict[str, Any]:
         assert self.turn is not None
         return wire_anthropic.message(self.reply, self.turn)
@@ -921,7 +931,10 @@ class _ResponsesAnswer(_Answer):
 class OpenAIServer:
     """The scripted server. ``start()``/``stop()``, or use it as a context manager."""
 
-    def __init__(self) -> None:
+    def __init__(self, api: WireAPI = "chat") -> None:
+        #: The wire API the client under test is configured with (``ModelConfig.api``).
+        #: The server answers all three whatever it says; tests build their config from it.
+        self.api: WireAPI = api
         self._lock = threading.Condition()
         self._queue: deque[Reply] = deque()
         self._requests: list[RecordedRequest] = []
@@ -1058,6 +1071,13 @@ class OpenAIServer:
             self._stats.append(stat)
 
 
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clear the proxy variables so every client stays on 127.0.0.1."""
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
 @pytest.fixture(name="openai_server")
 def openai_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
     """The ``openai_server`` fixture: a running ``OpenAIServer`` for one test, stopped after it.
@@ -1065,12 +1085,23 @@ def openai_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAISer
     Import it under this name (``from openai_server import openai_server_fixture``)
     so a test parameter called ``openai_server`` does not shadow the import.
     """
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    loopback_only(monkeypatch)
     with OpenAIServer() as server:
         yield server
 
 
 #: The same fixture under its own name, for ``from openai_server import openai_server``.
 openai_server = openai_server_fixture
+
+
+@pytest.fixture(name="openai_server", params=WIRE_APIS)
+def every_api_server_fixture(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[OpenAIServer]:
+    """The ``openai_server`` fixture once per wire API (``server.api``): a module that
+    imports this one instead of ``openai_server_fixture`` runs each test that takes
+    the server three times, its body unchanged, with the client built for ``server.api``.
+    """
+    loopback_only(monkeypatch)
+    with OpenAIServer(request.param) as server:
+        yield server

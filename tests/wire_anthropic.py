@@ -96,7 +96,9 @@ class Rejection:
 
 def sign(secret: bytes, thinking: str) -> str:
     """The ``signature`` of a thinking block: an HMAC of its text under the server's secret."""
-    digest = hmac.new(secret, b"thinking\x00" + thinking.encode(), hashlib.sha256).digest()
+    digest = hmac.new(
+        secret, b"thinking\x00" + thinking.encode("utf-8", "surrogatepass"), hashlib.sha256
+    ).digest()
     return base64.b64encode(b"cairn-test\x00" + digest).decode()
 
 
@@ -553,12 +555,17 @@ def error_message(message: str, code: str | None) -> str:
     OpenAI's "maximum context length is W tokens … (P in the messages, C in
     the completion)" becomes "prompt is too long: P tokens > W maximum" when
     the prompt alone overflows, else Anthropic's "input length and
-    `max_tokens` exceed context limit: P + C > W, …". Anything else is kept.
+    `max_tokens` exceed context limit: P + C > W, …". A refusal whose
+    ``code`` is ``context_length_exceeded`` but whose numbers are missing
+    gets the "prompt is too long: " prefix. Anything else is kept.
     """
     window = _WINDOW.search(message)
     prompt = _PROMPT.search(message)
-    if message.startswith("prompt is too long") or window is None or prompt is None:
+    if message.startswith("prompt is too long"):
         return message
+    if window is None or prompt is None:
+        # Without its numbers a refusal flagged by its code keeps Anthropic's own words.
+        return f"prompt is too long: {message}" if code == "context_length_exceeded" else message
     limit = int(window.group(1))
     tokens = int(prompt.group(1) or prompt.group(2))
     completion = _COMPLETION.search(message)

@@ -21,15 +21,17 @@ from cairn.agent.tools.task import next_task_id
 from cairn.context import CompactionConfig
 from cairn.context.budget import handoff_line
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_HANDOFF, find_orphans
-from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.provider import ModelConfig
+from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, MessageRecord, Record, read_transcript
+from cairn.wire_apis import BASE_URL_ENV
 from cli_run import cairn_p
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     UsageSpec,
-    openai_server_fixture,
+    every_api_server_fixture,
 )
 
 SUMMARY = (
@@ -62,6 +64,16 @@ class ScriptedModel:
         return self.plan.pop(0) if self.plan else Reply(text="Done.")
 
 
+def cli_env(server: OpenAIServer, tmp_path: Path) -> dict[str, str]:
+    """``cairn -p``'s environment for ``server.api``: the SDK's own base-URL variable."""
+    return {
+        "CAIRN_MODEL": "test-model",
+        "CAIRN_API": server.api,
+        BASE_URL_ENV[server.api]: server.base_url,
+        "CAIRN_HOME": str(tmp_path / "home"),
+    }
+
+
 def call(name: str, **args: Any) -> Reply:
     return Reply(tool_calls=[ToolCallSpec(name, json.dumps(args))])
 
@@ -79,12 +91,14 @@ def workspace(tmp_path: Path) -> Path:
 def runtime(
     workspace: Path, server: OpenAIServer, tmp_path: Path, *, window: int = 16_384
 ) -> Runtime:
-    model = ModelConfig(model="test-model", base_url=server.base_url, context_window=window)
+    model = ModelConfig(
+        model="test-model", base_url=server.base_url, context_window=window, api=server.api
+    )
     settings = Settings(compaction=CompactionConfig())
     return Runtime(
         workspace,
         model,
-        OpenAIProvider(model),
+        open_provider(model),
         settings=settings,
         home=tmp_path / "home",
         permission_mode="bypass",
@@ -351,11 +365,7 @@ def test_cairn_p_runs_a_task_to_the_end(
             else Reply(text="Fixed it.")
         )
     )
-    env = {
-        "CAIRN_MODEL": "test-model",
-        "OPENAI_BASE_URL": openai_server.base_url,
-        "CAIRN_HOME": str(tmp_path / "home"),
-    }
+    env = cli_env(openai_server, tmp_path)
     done = cairn_p("-p", "fix add()", cwd=workspace, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "Fixed it."
@@ -383,11 +393,7 @@ def test_cairn_p_errors(workspace: Path, tmp_path: Path, openai_server: OpenAISe
     assert bad.returncode == 2 and "keep_rounds" in bad.stderr and "Traceback" not in bad.stderr
     (workspace / ".cairn" / "settings.json").unlink()
     openai_server.respond_with(lambda body: Reply.http_error(500, "the model is down"))
-    env = {
-        "CAIRN_MODEL": "test-model",
-        "OPENAI_BASE_URL": openai_server.base_url,
-        "CAIRN_HOME": str(tmp_path / "home"),
-    }
+    env = cli_env(openai_server, tmp_path)
     down = cairn_p("-p", "hi", cwd=workspace, env=env)
     assert down.returncode == 1 and "the model is down" in down.stderr
 
@@ -511,11 +517,7 @@ def test_a_resumed_session_numbers_its_next_task_after_the_last(
         return Reply(text="Done.")
 
     openai_server.respond_with(responder)
-    env = {
-        "CAIRN_MODEL": "test-model",
-        "OPENAI_BASE_URL": openai_server.base_url,
-        "CAIRN_HOME": str(tmp_path / "home"),
-    }
+    env = cli_env(openai_server, tmp_path)
     first = cairn_p("-p", "survey the code", "--permission-mode", "bypass", cwd=workspace, env=env)
     assert first.returncode == 0, first.stderr
     [path] = (tmp_path / "home" / "projects").glob("*/*.jsonl")

@@ -63,7 +63,8 @@ from cairn.messages import (
     tool_result,
     user,
 )
-from cairn.provider import ContextLimitError, ModelConfig, OpenAIProvider
+from cairn.provider import ContextLimitError, ModelConfig
+from cairn.provider.factory import open_provider
 from cairn.replay.continuity import SessionSoFar, check_continuity
 from cairn.replay.engine import read_saved
 from cairn.store import CompactionRecord, ErrorRecord, read_transcript
@@ -72,7 +73,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
+    every_api_server_fixture,
 )
 
 EFFECTS: dict[str, ToolEffect] = {
@@ -568,11 +569,13 @@ shapes = st.builds(
 async def play(server: OpenAIServer, session: Sequence[object], shape: Shape, home: Path) -> Stats:
     rng = random.Random(shape.seed)
     budget = input_budget(shape.window)
-    model = ModelConfig(model="m", base_url=server.base_url, context_window=shape.window)
+    model = ModelConfig(
+        model="m", base_url=server.base_url, context_window=shape.window, api=server.api
+    )
     scripted = ScriptedModel(shape.plan, budget)
     server.respond_with(scripted)
     stats = Stats()
-    async with OpenAIProvider(model) as provider:
+    async with open_provider(model) as provider:
         p = ContextPipeline.open(
             home / "ws",
             CompactionConfig(keep_rounds=shape.keep_rounds, on_failure=shape.on_failure),

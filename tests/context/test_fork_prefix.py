@@ -16,13 +16,14 @@ from typing import Any
 from cairn.agent.loop import run_turn
 from cairn.agent.session import Runtime
 from cairn.agent.settings import Settings
-from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.provider import ModelConfig
+from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, ContextEditRecord, HandoffRecord, read_transcript
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
+    every_api_server_fixture,
 )
 
 SUMMARY = (
@@ -64,11 +65,16 @@ def test_every_fork_extends_its_main_request_byte_for_byte(
     openai_server.respond_with(model)
     # Small enough for several compactions, big enough that a fork (the request past the
     # line + the instruction) fits the budget with the margin on its estimated part.
-    config = ModelConfig(model="m", base_url=openai_server.base_url, context_window=14_336)
+    config = ModelConfig(
+        model="m",
+        base_url=openai_server.base_url,
+        context_window=14_336,
+        api=openai_server.api,
+    )
     runtime = Runtime(
         workspace,
         config,
-        OpenAIProvider(config),
+        open_provider(config),
         settings=Settings(),
         home=tmp_path / "home",
         permission_mode="bypass",

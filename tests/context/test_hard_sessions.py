@@ -70,8 +70,10 @@ from cairn.context import CompactionConfig
 from cairn.context.budget import output_reserve
 from cairn.context.tool_budget import tool_budget_for
 from cairn.messages import to_wire
-from cairn.provider import ModelConfig, OpenAIProvider
+from cairn.provider import ModelConfig
+from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, ErrorRecord, Record, read_transcript
+from cairn.wire_apis import WireAPI
 from counting_provider import (
     DENSITIES,
     FORK_FAILURES,
@@ -297,8 +299,9 @@ def _user_text(turn: Turn, n: int, budget: int) -> str:
     return text
 
 
-def play(scenario: Scenario, root: Path) -> Played:
-    """Run ``scenario`` against a fresh counting server; everything the checks need."""
+def play(scenario: Scenario, root: Path, api: WireAPI = "chat") -> Played:
+    """Run ``scenario`` against a fresh counting server speaking ``api``; everything
+    the checks need."""
     workspace = root / "ws"
     workspace.mkdir(parents=True)
     (workspace / "NOTES.md").write_text("Notes: the files are generated for the test.\n")
@@ -330,8 +333,9 @@ def play(scenario: Scenario, root: Path) -> Played:
             base_url=server.base_url,
             context_window=scenario.window,
             max_output_tokens=scenario.max_tokens,
+            api=api,
         )
-        provider = OpenAIProvider(config)
+        provider = open_provider(config)
         runtime = Runtime(
             workspace,
             config,
@@ -863,10 +867,10 @@ WINDOW = 32_000
 # A JSON dump pasted whole on the first request: no usage has measured anything yet, and
 # counted as prose it went out 1.07× over the budget (the paste's lines are JSON).
 @example(scenario=Scenario(WINDOW, None, (Turn(text="look", paste=("json", 1.0)),)))
-def _every_promise(scenario: Scenario) -> None:
+def _every_promise(api: WireAPI, scenario: Scenario) -> None:
     RUNS.append(scenario)
     with tempfile.TemporaryDirectory(prefix="cairn-hard-") as folder:
-        played = play(scenario, Path(folder))
+        played = play(scenario, Path(folder), api)
     note(summary_of(played))
     violations = check(played)
     for v in violations:
@@ -875,7 +879,9 @@ def _every_promise(scenario: Scenario) -> None:
 
 
 def test_hard_sessions_keep_every_promise(
-    record_property: Callable[[str, object], None], capsys: pytest.CaptureFixture[str]
+    wire_api: WireAPI,
+    record_property: Callable[[str, object], None],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Every property, over ``EXAMPLES`` generated sessions (plus the explicit ones).
 
@@ -884,43 +890,49 @@ def test_hard_sessions_keep_every_promise(
     """
     RUNS.clear()
     try:
-        _every_promise()
+        _every_promise(wire_api)
     finally:
         record_property("hypothesis_examples", len(RUNS))
         with capsys.disabled():
-            print(f"\ntest_hard_sessions: the property test ran {len(RUNS)} example(s)")
+            print(
+                f"\ntest_hard_sessions ({wire_api}): the property test ran {len(RUNS)} example(s)"
+            )
 
 
 # ---------------------------------------------------------------------------
 # The issue's items, as fixed scenarios
 
 
-def test_item1_dense_results_compact_at_the_line(root: Path) -> None:
+def test_item1_dense_results_compact_at_the_line(root: Path, wire_api: WireAPI) -> None:
     """Rounds of two base64 reads (about 4,600 tokens a round, which the estimate puts
     at about a third of that): the compaction must come at the line, 12,800 of a
     16,000 budget, and not after a request past it."""
     round_ = (Read("base64", 0.2), Read("base64", 0.2))
     scenario = Scenario(WINDOW, 16_000, (Turn((round_,) * 4),))
-    assert_holds(play(scenario, root), "line")
+    assert_holds(play(scenario, root, wire_api), "line")
 
 
 @pytest.mark.parametrize("max_tokens", [16_000, 12_000])
-def test_item2_no_request_over_the_budget_on_dense_content(root: Path, max_tokens: int) -> None:
+def test_item2_no_request_over_the_budget_on_dense_content(
+    root: Path, wire_api: WireAPI, max_tokens: int
+) -> None:
     """Rounds of three dense reads: no request, main or fork, over the input budget."""
     dense: tuple[Density, ...] = ("base64", "hashes", "json")
     reads = tuple(tuple(Read(dense[(n + i) % 3], 0.3) for i in range(3)) for n in range(6))
     scenario = Scenario(WINDOW, max_tokens, (Turn(reads),))
-    assert_holds(play(scenario, root), "budget")
+    assert_holds(play(scenario, root, wire_api), "budget")
 
 
-def test_item3_newest_rounds_bigger_than_the_budget_still_compact(root: Path) -> None:
+def test_item3_newest_rounds_bigger_than_the_budget_still_compact(
+    root: Path, wire_api: WireAPI
+) -> None:
     """After one exchange, two rounds of three sha256 listings each: about 19k tokens in
     the last two rounds, over the 16,000 budget. The compaction must cut into them (the
     kept tail shrinks, the boundary round is cut) so that the turn goes on; never
     "nothing to compact yet", and no main request over the budget."""
     round_ = (Read("hashes", 0.3), Read("hashes", 0.3), Read("hashes", 0.3))
     scenario = Scenario(WINDOW, 16_000, (Turn(text="hi"), Turn((round_, round_))))
-    played = play(scenario, root)
+    played = play(scenario, root, wire_api)
     over = [v for v in check(played, "budget") if v.text.startswith("main")]
     failed = [f"turn failed: {t.error}" for t in played.turns if t.error is not None]
     assert not over and not failed, (
@@ -929,35 +941,39 @@ def test_item3_newest_rounds_bigger_than_the_budget_still_compact(root: Path) ->
 
 
 def test_item4_manual_compact_on_a_one_round_session_and_right_after_a_compaction(
-    root: Path,
+    root: Path, wire_api: WireAPI
 ) -> None:
     """``/compact`` after one exchange; then, after a turn of three reads, ``/compact``
     (which compacts) and ``/compact`` again right after it: each writes a checkpoint or
     says the result was not smaller — never "nothing to compact yet" (exit 1)."""
     reads = ((Read("code", 0.05, "bash"),),) * 3
     steps = (Turn(text="hi"), Compact(), Turn(reads), Compact(), Compact())
-    assert_holds(play(Scenario(WINDOW, 16_000, steps), root), "manual", "hooks")
+    assert_holds(play(Scenario(WINDOW, 16_000, steps), root, wire_api), "manual", "hooks")
 
 
 @pytest.mark.parametrize("k", [3, 5])
-def test_item5_reactive_compaction_on_the_third_request(root: Path, k: int) -> None:
+def test_item5_reactive_compaction_on_the_third_request(
+    root: Path, wire_api: WireAPI, k: int
+) -> None:
     """HTTP 400 context_length_exceeded before any output on the k-th request (3rd or
     5th) of a turn of reads: one reactive compaction, the request replayed, the turn done.
     On the third the conversation is about 2,200 tokens: the kept tail shrinks so that
     the summary comes out smaller (``RESULT_SHARE``)."""
     reads = tuple((Read("code", 0.06),) for _ in range(6))
     scenario = Scenario(WINDOW, 16_000, (Turn(reads),), frozenset({k}))
-    played = play(scenario, root)
+    played = play(scenario, root, wire_api)
     assert_holds(played, "reactive")
     assert all(t.error is None for t in played.turns), summary_of(played)
 
 
-def test_item6_fork_extends_its_main_request_after_an_earlier_compaction(root: Path) -> None:
+def test_item6_fork_extends_its_main_request_after_an_earlier_compaction(
+    root: Path, wire_api: WireAPI
+) -> None:
     """Code pastes until a first compaction, more until a second one, then a long prose
     paste: every fork begins with its main request byte for byte, or its compaction
     record names what it elided."""
     steps = (*(Turn(paste=("code", 0.2)) for _ in range(5)), Turn(paste=("prose", 0.5)))
-    played = play(Scenario(WINDOW, 16_000, steps), root)
+    played = play(Scenario(WINDOW, 16_000, steps), root, wire_api)
     assert len(played.compactions) >= 2, summary_of(played)
     assert_holds(played, "fork")
 

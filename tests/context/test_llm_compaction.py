@@ -44,17 +44,17 @@ from cairn.messages import (
 from cairn.provider import (
     ContextLimitError,
     ModelConfig,
-    OpenAIProvider,
     TurnAccumulator,
     chat_request,
 )
+from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, ErrorRecord, read_transcript
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     UsageSpec,
-    openai_server_fixture,
+    every_api_server_fixture,
 )
 
 SUMMARY = (
@@ -139,6 +139,7 @@ def model(server: OpenAIServer) -> ModelConfig:
         base_url=server.base_url,
         context_window=32_768,
         params={"temperature": 0.2},
+        api=server.api,
     )
 
 
@@ -152,7 +153,7 @@ def make(
     host: Host | None = None,
     **config: Any,
 ) -> ContextPipeline:
-    provider = OpenAIProvider(model(server))
+    provider = open_provider(model(server))
     pipeline = ContextPipeline.open(
         tmp_path / "ws",
         CompactionConfig.model_validate(config),
@@ -198,7 +199,7 @@ async def main_request(p: ContextPipeline, server: OpenAIServer) -> Message:
     """What the agent loop sends for the next turn."""
     request = chat_request(model(server), FIXED.system, FIXED.tools, p.messages)
     turn = TurnAccumulator()
-    async with OpenAIProvider(model(server)) as provider:
+    async with open_provider(model(server)) as provider:
         async for event in provider.stream(request):
             turn.add(event)
     return turn.message()
@@ -224,7 +225,10 @@ def test_fork_uses_the_main_model_system_tools_and_parameters_unchanged(
     assert fork["messages"][:-1] == main["messages"]
     assert fork["messages"][-1]["role"] == "user"
     assert "TEXT ONLY" in fork["messages"][-1]["content"]
-    assert "max_tokens" not in fork and fork["model"] == "test-model"
+    # No cap of its own: the model's (none for chat completions and Responses here;
+    # Anthropic requires one, the model's reserve).
+    assert fork.get("max_tokens") == model(openai_server).max_output_tokens
+    assert fork["model"] == "test-model"
     assert fork["temperature"] == 0.2
     assert json.dumps(fork["messages"][:-1]) == json.dumps(main["messages"])
 
@@ -681,7 +685,7 @@ def test_a_fork_that_times_out_is_not_retried_and_the_fallback_takes_over(
         session_id="s1",
         home=tmp_path / "home",
         tool_effects={"read_file": "read_only"},
-        summarizer=LLMSummarizer(OpenAIProvider(config), config),
+        summarizer=LLMSummarizer(open_provider(config), config),
     )
     conversation(pipeline)
     pipeline.add(user("please go on " * 8_000))

@@ -42,6 +42,8 @@ from cairn.provider import (
     usage_from_wire,
 )
 from cairn.provider.errors import ProviderTimeoutError
+from cairn.provider.factory import open_provider
+from cairn.provider.streaming import StreamingProvider
 from openai_server import (
     DEFAULT_TEXT,
     ErrorSpec,
@@ -49,7 +51,8 @@ from openai_server import (
     Reply,
     ToolCallSpec,
     UsageSpec,
-    openai_server_fixture,  # noqa: F401  (the ``openai_server`` fixture)
+    every_api_server_fixture,  # noqa: F401  (the ``openai_server`` fixture, once per API)
+    loopback_only,
 )
 
 T = TypeVar("T")
@@ -70,8 +73,19 @@ TOOLS: list[JSONObject] = [
 ]
 
 
+#: Each API's own cache fields for a usage of 100 cached tokens (the sizes are the same).
+CACHE_FIELDS: dict[str, dict[str, int]] = {
+    "chat": {},
+    "responses": {"cache_creation_input_tokens": 0},  # ``cache_write_tokens``
+    "anthropic": {"cache_read_input_tokens": 100, "cache_creation_input_tokens": 0},
+}
+#: How each API's server names a tool call.
+ID_PREFIX = {"chat": "call_", "responses": "call_", "anthropic": "toolu_"}
+#: Where each API's client posts, from a ``…/v1`` base URL.
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
+
 #: Providers made by this test; ``run`` closes their pools before its loop ends.
-_PROVIDERS: list[OpenAIProvider] = []
+_PROVIDERS: list[StreamingProvider] = []
 
 
 @pytest.fixture(autouse=True)
@@ -80,8 +94,17 @@ def _forget_providers() -> Iterator[None]:
     _PROVIDERS.clear()
 
 
-def make_provider(config: ModelConfig, **kwargs: Any) -> OpenAIProvider:
-    provider = OpenAIProvider(config, **kwargs)
+@pytest.fixture
+def chat_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
+    """The server for what only chat completions has: its exact body and chunks,
+    DeepSeek's usage fields, the probe for llama.cpp's silent context-limit drops."""
+    loopback_only(monkeypatch)
+    with OpenAIServer() as server:
+        yield server
+
+
+def make_provider(config: ModelConfig, **kwargs: Any) -> StreamingProvider:
+    provider = open_provider(config, **kwargs)
     _PROVIDERS.append(provider)
     return provider
 
@@ -98,7 +121,8 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
 
 
 def config_for(server: OpenAIServer, **kwargs: Any) -> ModelConfig:
-    return ModelConfig(model="test-model", base_url=server.base_url, **kwargs)
+    """The model for ``server.api`` (every test that takes the server runs once per API)."""
+    return ModelConfig(model="test-model", base_url=server.base_url, api=server.api, **kwargs)
 
 
 def simple_request(server: OpenAIServer, text: str = "hi") -> ChatRequest:
@@ -106,13 +130,13 @@ def simple_request(server: OpenAIServer, text: str = "hi") -> ChatRequest:
 
 
 async def collect(
-    provider: OpenAIProvider, request: ChatRequest, **kwargs: Any
+    provider: StreamingProvider, request: ChatRequest, **kwargs: Any
 ) -> list[StreamEvent]:
     return [event async for event in provider.stream(request, **kwargs)]
 
 
 async def collect_until_error(
-    provider: OpenAIProvider, request: ChatRequest, **kwargs: Any
+    provider: StreamingProvider, request: ChatRequest, **kwargs: Any
 ) -> tuple[list[StreamEvent], ProviderError]:
     events: list[StreamEvent] = []
     try:
@@ -155,7 +179,13 @@ def test_streaming_text_with_usage(openai_server: OpenAIServer) -> None:
     )
     assert texts[0] == "Hell" and texts[-1] == "Hello, streaming world."
     assert events[-2] == Finish("stop")
-    usage = Usage(prompt_tokens=120, completion_tokens=7, total_tokens=127, cached_tokens=100)
+    usage = Usage(
+        prompt_tokens=120,
+        completion_tokens=7,
+        total_tokens=127,
+        cached_tokens=100,
+        **CACHE_FIELDS[openai_server.api],
+    )
     assert events[-1] == UsageEvent(usage)
 
     message = acc.message()
@@ -209,9 +239,10 @@ def test_parallel_tool_calls_are_assembled_by_index(openai_server: OpenAIServer)
     events = run(lambda: collect(provider, simple_request(openai_server)))
 
     deltas = [e for e in events if isinstance(e, ToolCallDelta)]
-    # Interleaved on the wire: the indexes alternate.
-    assert [d.index for d in deltas[:3]] == [0, 1, 2]
-    assert [d.index for d in deltas[3:6]] == [0, 1, 2]
+    assert sorted({d.index for d in deltas}) == [0, 1, 2]
+    if openai_server.api == "chat":  # only chunks can interleave calls: the indexes alternate
+        assert [d.index for d in deltas[:3]] == [0, 1, 2]
+        assert [d.index for d in deltas[3:6]] == [0, 1, 2]
     assert Finish("tool_calls") in events
 
     acc = TurnAccumulator()
@@ -235,7 +266,7 @@ def test_text_and_a_tool_call_in_one_turn(openai_server: OpenAIServer) -> None:
     message = run(lambda: provider.complete(simple_request(openai_server)))
     assert message.content == "Let me look."
     assert [(c.name, c.arguments) for c in message.tool_calls] == [("read_file", '{"path": "a"}')]
-    assert message.tool_calls[0].id.startswith("call_")
+    assert message.tool_calls[0].id.startswith(ID_PREFIX[openai_server.api])
 
 
 def test_an_abandoned_stream_leaves_the_provider_usable(openai_server: OpenAIServer) -> None:
@@ -336,9 +367,9 @@ def _history() -> tuple[list[Any], list[Any]]:
     return system_messages, history
 
 
-def test_the_recorded_body_is_exactly_chat_request_body(openai_server: OpenAIServer) -> None:
+def test_the_recorded_body_is_exactly_chat_request_body(chat_server: OpenAIServer) -> None:
     config = config_for(
-        openai_server, params={"temperature": 0.2, "top_p": 0.9, "seed": 7}, max_output_tokens=512
+        chat_server, params={"temperature": 0.2, "top_p": 0.9, "seed": 7}, max_output_tokens=512
     )
     system_messages, history = _history()
     with_tools = chat_request(
@@ -352,7 +383,7 @@ def test_the_recorded_body_is_exactly_chat_request_body(openai_server: OpenAISer
         await provider.complete(without_tools)
 
     run(scenario)
-    first, second = openai_server.bodies
+    first, second = chat_server.bodies
     assert first == with_tools.body()
     assert second == without_tools.body()
     assert first["stream"] is True
@@ -379,9 +410,9 @@ def _wire_messages_text(raw: bytes) -> str:
 
 
 def test_two_requests_over_one_history_share_their_prefix_byte_for_byte(
-    openai_server: OpenAIServer,
+    chat_server: OpenAIServer,
 ) -> None:
-    config = config_for(openai_server, params={"temperature": 0.0})
+    config = config_for(chat_server, params={"temperature": 0.0})
     system_messages, history = _history()
     main = chat_request(config, system_messages, TOOLS, history)
     fork = chat_request(
@@ -398,7 +429,7 @@ def test_two_requests_over_one_history_share_their_prefix_byte_for_byte(
         await provider.complete(fork)
 
     run(scenario)
-    main_wire, fork_wire = (_wire_messages_text(r.raw) for r in openai_server.requests)
+    main_wire, fork_wire = (_wire_messages_text(r.raw) for r in chat_server.requests)
     # Same bytes up to the main request's closing bracket.
     assert fork_wire.startswith(main_wire[:-1])
     assert len(fork_wire) > len(main_wire)
@@ -421,9 +452,10 @@ def test_api_key_comes_from_the_configured_variable(
     keyless = make_provider(config_for(openai_server, api_key_env="MY_TEST_KEY"))
     run(lambda: keyless.complete(simple_request(openai_server)))
     first, second = openai_server.requests
+    # Every SDK sends the key as a bearer token (the anthropic SDK too, since 2026).
     assert first.headers["authorization"] == "Bearer sk-test-123"
     assert second.headers["authorization"] == "Bearer not-needed"
-    assert first.path == "/v1/chat/completions"
+    assert first.path == PATHS[openai_server.api]
 
 
 def test_openai_provider_is_a_chat_provider() -> None:
@@ -480,7 +512,9 @@ def test_context_limit_inside_the_stream_after_output(openai_server: OpenAIServe
     events, error = run(lambda: collect_until_error(provider, simple_request(openai_server)))
     assert isinstance(error, ContextLimitError)
     assert error.output_started is True
-    assert error.status is None and error.code == "context_length_exceeded"
+    # Anthropic's error events carry a type, never a code.
+    code = None if openai_server.api == "anthropic" else "context_length_exceeded"
+    assert error.status is None and error.code == code
     assert [e for e in events if isinstance(e, ContentDelta)] == [
         ContentDelta("part"),
         ContentDelta("ial "),
@@ -606,6 +640,13 @@ def test_an_unreachable_server_is_a_provider_error() -> None:
         (400, None, "This model's maximum context length is 8192 tokens.", True),
         (None, None, "Context length exceeded", True),
         (400, None, "prompt is too long: 210000 tokens > 200000 maximum", True),
+        (
+            400,
+            None,
+            "input length and `max_tokens` exceed context limit: 6412 + 16000 > 16384, "
+            "decrease input length or `max_tokens` and try again",
+            True,
+        ),
         (400, None, "Too many tokens in the request", True),
         (400, None, "Input is too long for requested model.", True),
         (400, None, "Your input exceeds the context window of this model.", True),
@@ -674,12 +715,12 @@ def test_usage_mapping_variants() -> None:
     assert (gateway.cache_read_input_tokens, gateway.cache_creation_input_tokens) == (40, 10)
 
 
-def test_deepseek_cache_fields_through_the_server(openai_server: OpenAIServer) -> None:
-    openai_server.script(
+def test_deepseek_cache_fields_through_the_server(chat_server: OpenAIServer) -> None:
+    chat_server.script(
         Reply(text="ok", usage=UsageSpec(300, 3, extra={"prompt_cache_hit_tokens": 256}))
     )
-    provider = make_provider(config_for(openai_server))
-    message = run(lambda: provider.complete(simple_request(openai_server)))
+    provider = make_provider(config_for(chat_server))
+    message = run(lambda: provider.complete(simple_request(chat_server)))
     assert message.meta.usage == Usage(300, 3, 303, cached_tokens=256)
 
 
@@ -789,7 +830,7 @@ def test_the_server_omits_usage_unless_asked(openai_server: OpenAIServer) -> Non
 
 
 def test_a_stream_dropped_before_any_chunk_is_probed_for_a_context_limit(
-    openai_server: OpenAIServer,
+    chat_server: OpenAIServer,
 ) -> None:
     """Regression (found against the real llama.cpp server): a prompt over ``n_ctx`` got
     HTTP 200 and an empty stream, so the context limit went unrecognised."""
@@ -798,15 +839,15 @@ def test_a_stream_dropped_before_any_chunk_is_probed_for_a_context_limit(
         "This model's maximum context length is 8192 tokens. However, you requested 9081",
         code="context_length_exceeded",
     )
-    openai_server.respond_with(
+    chat_server.respond_with(
         lambda body: Reply(text="never", end_after=0) if body.get("stream") else too_long
     )
-    request = simple_request(openai_server)
-    _, error = run(lambda: collect_until_error(make_provider(config_for(openai_server)), request))
+    request = simple_request(chat_server)
+    _, error = run(lambda: collect_until_error(make_provider(config_for(chat_server)), request))
     assert isinstance(error, ContextLimitError) and not error.output_started
-    probe = openai_server.bodies[-1]
+    probe = chat_server.bodies[-1]
     assert "stream" not in probe or probe["stream"] is False
-    assert probe["max_tokens"] == 1 and probe["messages"] == openai_server.bodies[0]["messages"]
+    assert probe["max_tokens"] == 1 and probe["messages"] == chat_server.bodies[0]["messages"]
 
 
 def test_a_dropped_stream_that_is_not_a_context_limit_stays_an_incomplete_stream(
@@ -843,7 +884,7 @@ def tiny_config(server: OpenAIServer, **kwargs: Any) -> ModelConfig:
     return config_for(server, **{**TINY_DEADLINES, **kwargs})
 
 
-def fail_guarded(provider: OpenAIProvider, request: ChatRequest) -> ProviderError:
+def fail_guarded(provider: StreamingProvider, request: ChatRequest) -> ProviderError:
     async def scenario() -> ProviderError:
         _, error = await asyncio.wait_for(collect_until_error(provider, request), GUARD_S)
         return error
@@ -892,12 +933,14 @@ def test_a_stream_that_trickles_forever_hits_the_request_deadline(
     openai_server: OpenAIServer,
 ) -> None:
     openai_server.script(Reply(text="x" * 10_000, delta_chars=1, chunk_interval=0.01))
-    provider = make_provider(tiny_config(openai_server, request_timeout=0.5))
+    # A first-byte deadline with room to spare: a loaded machine must not hit it first.
+    config = tiny_config(openai_server, request_timeout=1.5, first_byte_timeout=1.0)
+    provider = make_provider(config)
     error = fail_guarded(provider, simple_request(openai_server))
     assert isinstance(error, ProviderTimeoutError) and error.deadline == "request"
     assert error.output_started is True
     assert str(error) == (
-        f"the request to {openai_server.base_url} did not finish within 0.5 s "
+        f"the request to {openai_server.base_url} did not finish within 1.5 s "
         "(request timeout; set model.request_timeout or CAIRN_REQUEST_TIMEOUT)"
     )
 
@@ -1047,14 +1090,14 @@ def test_a_finished_answer_survives_a_stall_before_done(openai_server: OpenAISer
     assert any(isinstance(e, UsageEvent) for e in events)
 
 
-def test_the_context_limit_probe_has_a_deadline(openai_server: OpenAIServer) -> None:
+def test_the_context_limit_probe_has_a_deadline(chat_server: OpenAIServer) -> None:
     """An empty stream is probed; a probe that never answers leaves the incomplete stream."""
-    openai_server.script(Reply(end_after=0), Reply(stall_before_headers=True))
-    provider = make_provider(tiny_config(openai_server))
-    error = fail_guarded(provider, simple_request(openai_server))
+    chat_server.script(Reply(end_after=0), Reply(stall_before_headers=True))
+    provider = make_provider(tiny_config(chat_server))
+    error = fail_guarded(provider, simple_request(chat_server))
     assert type(error) is ProviderError and error.code == "incomplete_stream"
-    assert openai_server.base_url in str(error)
-    assert len(openai_server.requests) == 2
+    assert chat_server.base_url in str(error)
+    assert len(chat_server.requests) == 2
 
 
 # ---------------------------------------------------------------------------
@@ -1150,4 +1193,7 @@ def test_a_context_limit_error_says_what_the_provider_counted_when_it_does() -> 
     assert ContextLimitError(openai).prompt_tokens == 26_213
     anthropic = "prompt is too long: 208543 tokens > 200000 maximum"
     assert ContextLimitError(anthropic).prompt_tokens == 208_543
+    # Anthropic's other refusal: the input fits but not with max_tokens on top.
+    output = "input length and `max_tokens` exceed context limit: 6412 + 16000 > 16384, ..."
+    assert ContextLimitError(output).prompt_tokens == 6_412
     assert ContextLimitError("maximum context length exceeded").prompt_tokens is None

@@ -20,6 +20,7 @@ from cairn.agent.settings import Settings
 from cairn.context.budget import input_budget, output_reserve
 from cairn.messages import Usage
 from cairn.provider import ModelConfig, ModelConfigError, ModelEntry, resolve_with_env
+from cairn.provider.anthropic_client import sdk_base_url
 from cairn.provider.registry import TokenCounts, lookup, price
 from cairn.surfaces.print_mode import PrintArgs, resolve_cli_model
 from cairn.wire_apis import ANTHROPIC_DEFAULT_MAX_TOKENS
@@ -84,6 +85,23 @@ def test_each_api_reads_its_own_sdks_endpoint_variable() -> None:
     settings = ModelEntry(model="m", api="anthropic", base_url="http://settings")
     assert resolve(settings, ANTHROPIC_BASE_URL="http://env").base_url == "http://env"
     assert resolve(settings, OPENAI_BASE_URL="http://other").base_url == "http://settings"
+
+
+@pytest.mark.parametrize(
+    ("configured", "given"),
+    [
+        ("https://api.anthropic.com", "https://api.anthropic.com"),
+        ("https://api.anthropic.com/v1", "https://api.anthropic.com"),
+        ("http://proxy.local/anthropic/v1/", "http://proxy.local/anthropic"),
+        ("http://proxy.local/v1beta", "http://proxy.local/v1beta"),
+        (None, None),
+    ],
+)
+def test_an_openai_style_v1_suffix_is_not_doubled_by_the_anthropic_sdk(
+    configured: str | None, given: str | None
+) -> None:
+    """The SDK appends ``/v1/messages`` itself; ``…/v1`` would reach ``/v1/v1/messages``."""
+    assert sdk_base_url(configured) == given
 
 
 def test_anthropic_always_sends_a_cap_and_reserves_it() -> None:

@@ -36,6 +36,19 @@ ANTHROPIC_ERRORS = SdkErrors(
 )
 
 
+def sdk_base_url(base_url: str | None) -> str | None:
+    """The endpoint as the SDK wants it: without the ``/v1`` it adds itself.
+
+    Users of OpenAI-compatible endpoints write ``…/v1``; the SDK appends
+    ``/v1/messages``, so ``https://api.anthropic.com/v1`` would otherwise
+    reach ``/v1/v1/messages`` and a 404.
+    """
+    if base_url is None:
+        return None
+    root = base_url.rstrip("/")
+    return root.removesuffix("/v1") if root.endswith("/v1") else base_url
+
+
 class AnthropicProvider(StreamingProvider):
     """Streams Anthropic Messages from one endpoint (``ANTHROPIC_BASE_URL`` by default)."""
 
@@ -44,7 +57,7 @@ class AnthropicProvider(StreamingProvider):
     def _new_client(self) -> AsyncAnthropic:
         return AsyncAnthropic(
             api_key=self.api_key(),
-            base_url=self.config.base_url,
+            base_url=sdk_base_url(self.config.base_url),
             max_retries=0,
             timeout=anthropic.Timeout(
                 self.config.request_timeout, connect=self.config.connect_timeout

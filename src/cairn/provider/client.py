@@ -69,7 +69,7 @@ class OpenAIClientBase(StreamingProvider):
             for key in ("message", "detail", "error"):
                 value = body.get(key)
                 if isinstance(value, str) and value.strip():
-                    message = " ".join(value.split())  # one line; every word kept for detection
+                    message = value
                     break
             raw_type = body.get("type")
             return message, raw_type if isinstance(raw_type, str) else None

@@ -30,6 +30,7 @@ CONTEXT_LIMIT_PHRASES: tuple[str, ...] = (
     "context length exceeded",
     "context_length_exceeded",
     "prompt is too long",  # Anthropic
+    "exceed context limit",  # Anthropic: input + max_tokens over the window
     "too many tokens",
     "input is too long",  # Bedrock
     "exceeds the context window",  # OpenAI Responses
@@ -94,6 +95,7 @@ class ProviderError(CairnError, RuntimeError):
 _PROMPT_COUNTS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\((\d+) in the messages"),
     re.compile(r"prompt is too long: (\d+) tokens"),
+    re.compile(r"exceed context limit: (\d+) \+"),
 )
 
 

@@ -225,7 +225,8 @@ class StreamingProvider(ABC):
         return self._client
 
     def _endpoint(self, client: Any) -> str:
-        return str(client.base_url).rstrip("/")
+        # As the user configured it; the client's own default when none was.
+        return (self.config.base_url or str(client.base_url)).rstrip("/")
 
     async def aclose(self) -> None:
         """Close the connection pool (the provider stays usable; a new pool opens on demand).
@@ -433,6 +434,8 @@ class StreamingProvider(ABC):
     ) -> ProviderError:
         body = getattr(exc, "body", None)
         message, error_type = self._error_details(body)
+        if message is not None:
+            message = " ".join(message.split()) or None  # one line; every word kept for detection
         if message is None and isinstance(body, str) and body.strip():
             message = quote(body)
         if message is None:
