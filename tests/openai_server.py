@@ -204,6 +204,9 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Set by the server when it starts playing this reply.
     started: threading.Event = field(default_factory=threading.Event)
+    #: Set when a stalled reply (``stall_before_headers``, ``stall_after``) ends
+    #: because the client closed its connection.
+    client_left: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def http_error(
@@ -444,8 +447,9 @@ class _Handler(BaseHTTPRequestHandler):
             if self.server.stopping.is_set():
                 raise _StopError
 
-    def _until_client_leaves(self) -> None:
-        """Block, sending nothing, until the client closes its end (or the server stops)."""
+    def _until_client_leaves(self) -> bool:
+        """Block, sending nothing, until the client closes its end (true) or the
+        server stops (false)."""
         self.close_connection = True
         while not self.server.stopping.is_set():
             readable, _, _ = select.select([self.connection], [], [], 0.02)
@@ -453,10 +457,11 @@ class _Handler(BaseHTTPRequestHandler):
                 continue
             try:
                 if not self.connection.recv(1, socket.MSG_PEEK):
-                    return
+                    return True
             except OSError:
-                return
+                return True
             time.sleep(0.02)  # the client sent more bytes: not gone, keep waiting
+        return False
 
     def _keepalive(self, interval: float) -> None:
         """Only SSE comments, until a write fails because the client went away."""
@@ -495,7 +500,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._write_chunk(answer.injected(reply.inject))
         if reply.stall_after == sent:
-            self._until_client_leaves()
+            if self._until_client_leaves():
+                reply.client_left.set()
             return True
         if reply.keepalive_after == sent:
             self._keepalive(reply.keepalive_interval)
@@ -511,7 +517,8 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.hold is not None and reply.hold_after is None:
             self._wait(reply.hold)
         if reply.stall_before_headers:
-            self._until_client_leaves()
+            if self._until_client_leaves():
+                reply.client_left.set()
             return
         if reply.reset_before_headers:
             self._reset()

@@ -35,6 +35,7 @@ from cairn.agent.session import Runtime
 from cairn.agent.settings import Settings
 from cairn.messages import Usage
 from cairn.provider import ModelConfig, open_provider
+from cairn.provider.registry import TokenCounts, lookup, price
 from cairn.store import CompactionRecord, read_transcript
 from cairn.wire_apis import WireAPI
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
@@ -105,6 +106,24 @@ def share(stats: list[CacheStat]) -> float:
     return sum(s.cache_read for s in stats) / prompt
 
 
+#: The model each API's session is priced as: a model people run on it.
+PRICED_AS = {"anthropic": "claude-sonnet-4-5", "responses": "gpt-5.1-codex"}
+
+
+def list_price_share(api: str, stats: list[CacheStat]) -> float:
+    """What the input cost at the registry's prices, as a share of its price uncached
+    (cache reads at the cached price, Anthropic's cache writes at theirs)."""
+    info = lookup(PRICED_AS[api])
+    assert info is not None and info.prices.input
+    counts = [
+        TokenCounts(s.prompt_tokens - s.cache_read, s.cache_read, 0, s.cache_creation)
+        for s in stats
+    ]
+    billed = price(sum(counts, TokenCounts()), info)
+    assert billed is not None
+    return billed / (sum(s.prompt_tokens for s in stats) * info.prices.input / 1e6)
+
+
 def report(
     api: str,
     stats: list[CacheStat],
@@ -112,12 +131,17 @@ def report(
     record_property: Callable[[str, object], None],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    cost = list_price_share(api, stats)
+    # The cache must make the session cheaper than its input uncached.
+    assert cost < 1, cost
     record_property(f"{api}_cache_share_forks", round(share(forks), 4))
     record_property(f"{api}_cache_share_session", round(share(stats), 4))
+    record_property(f"{api}_input_list_price_share", round(cost, 4))
     with capsys.disabled():
         print(
             f"\n{api}: {len(stats)} requests, {len(forks)} forks; input read from the cache: "
-            f"forks {share(forks):.1%}, whole session {share(stats):.1%}"
+            f"forks {share(forks):.1%}, whole session {share(stats):.1%}; input billed at "
+            f"{cost:.1%} of its uncached price ({PRICED_AS[api]})"
         )
 
 

@@ -286,6 +286,36 @@ def test_an_abandoned_stream_leaves_the_provider_usable(openai_server: OpenAISer
     assert len(openai_server.requests) == 2
 
 
+def test_a_cancelled_stream_closes_its_connection_and_the_provider_goes_on(
+    openai_server: OpenAIServer,
+) -> None:
+    """Esc in a surface cancels the task reading the stream: the request's connection
+    closes (the provider stops paying for output) and the next request is served."""
+    stalled = Reply(text="a long answer that never ends", stall_after=3)
+    openai_server.script(stalled, Reply(text="next"))
+    provider = make_provider(config_for(openai_server))
+
+    async def scenario() -> tuple[list[StreamEvent], bool, str]:
+        seen: list[StreamEvent] = []
+
+        async def read() -> None:
+            async for event in provider.stream(simple_request(openai_server)):
+                seen.append(event)
+
+        task = asyncio.create_task(read())
+        while not seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left = await asyncio.to_thread(stalled.client_left.wait, 10)
+        return seen, left, (await provider.complete(simple_request(openai_server))).text
+
+    seen, left, after = run(scenario)
+    assert any(isinstance(e, ContentDelta) for e in seen)
+    assert left and after == "next"
+
+
 def test_one_provider_serves_several_event_loops(openai_server: OpenAIServer) -> None:
     openai_server.script(Reply(text="one"), Reply(text="two"))
     provider = make_provider(config_for(openai_server))
