@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import select
@@ -815,18 +816,12 @@ class _AnthropicAnswer(_Answer):
     """Anthropic Messages: typed SSE events, prompt caching by ``cache_control`` breakpoints."""
 
     api = "anthropic"
+    #: Set by ``split``, once the response is certain.
+    turn: wire_anthropic.Turn | None = None
 
-    def __init__(
-        self,
-        owner: OpenAIServer,
-        index: int,
-        reply: Reply,
-        body: dict[str, Any],
-        native: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(owner, index, reply, body, native)
-        self.request_id = _anthropic_request_id()
-        self.turn: wire_anthropic.Turn | None = None
+    @functools.cached_property
+    def request_id(self) -> str:
+        return _anthropic_request_id()
 
     def split(self) -> tuple[int, int]:
         assert self.native is not None
@@ -879,18 +874,9 @@ class _ResponsesAnswer(_Answer):
     """The Responses API: semantic SSE events with sequence numbers, automatic caching."""
 
     api = "responses"
-
-    def __init__(
-        self,
-        owner: OpenAIServer,
-        index: int,
-        reply: Reply,
-        body: dict[str, Any],
-        native: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(owner, index, reply, body, native)
-        self.turn: wire_responses.Turn | None = None
-        self.groups: list[list[dict[str, Any]]] = []
+    #: Set by ``split``, once the response is certain; ``groups`` by ``frames``.
+    turn: wire_responses.Turn | None = None
+    groups: Sequence[Sequence[dict[str, Any]]] = ()
 
     def split(self) -> tuple[int, int]:
         assert self.native is not None

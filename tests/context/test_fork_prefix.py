@@ -8,81 +8,21 @@ before it, and every other field of the body is the same.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
-from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
-from cairn.agent.settings import Settings
-from cairn.provider import ModelConfig
-from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, ContextEditRecord, HandoffRecord, read_transcript
+from fix_add_session import is_fork, play
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
-    Reply,
-    ToolCallSpec,
     every_api_server_fixture,
 )
-
-SUMMARY = (
-    "<summary>\n## Objective and constraints\nFix add() in calc.py.\n"
-    "## Exact next action\nRun python check.py.\n</summary>"
-)
-
-
-def is_fork(body: dict[str, Any]) -> bool:
-    last = body["messages"][-1]
-    return last["role"] == "user" and "TEXT ONLY" in str(last.get("content"))
-
-
-def call(name: str, **args: Any) -> Reply:
-    return Reply(tool_calls=[ToolCallSpec(name, json.dumps(args))])
 
 
 def test_every_fork_extends_its_main_request_byte_for_byte(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    for n in range(6):
-        lines = "".join(f"module {n} line {i}: value = compute({i})\n" for i in range(45))
-        (workspace / f"m{n}.py").write_text(lines)
-    (workspace / "log.txt").write_text("".join(f"build step {i} ok\n" for i in range(300)))
-    plan = [
-        *(call("read_file", path=f"m{n % 6}.py") for n in range(10)),
-        *(call("bash", command="cat log.txt") for _ in range(6)),
-        *(call("read_file", path=f"m{n % 6}.py") for n in range(10)),
-        call("edit_file", path="calc.py", old_string="a - b", new_string="a + b"),
-        Reply(text="Fixed add()."),
-    ]
-
-    def model(body: dict[str, Any]) -> Reply:
-        return Reply(text=SUMMARY) if is_fork(body) else (plan.pop(0) if plan else Reply("ok"))
-
-    openai_server.respond_with(model)
-    # Small enough for several compactions, big enough that a fork (the request past the
-    # line + the instruction) fits the budget with the margin on its estimated part.
-    config = ModelConfig(
-        model="m",
-        base_url=openai_server.base_url,
-        context_window=14_336,
-        api=openai_server.api,
-    )
-    runtime = Runtime(
-        workspace,
-        config,
-        open_provider(config),
-        settings=Settings(),
-        home=tmp_path / "home",
-        permission_mode="bypass",
-    )
-    session = runtime.new_session()
-    result = asyncio.run(run_turn(session, "add() in calc.py is wrong; survey and fix it"))
-    runtime.close()
-    assert result.text == "Fixed add()."
+    session = play(tmp_path, openai_server)
 
     records = read_transcript(session.path).records
     assert sum(isinstance(r, CompactionRecord) for r in records) >= 2

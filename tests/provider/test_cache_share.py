@@ -21,81 +21,30 @@ usage fields. The properties:
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
-from cairn.agent.settings import Settings
 from cairn.messages import Usage
-from cairn.provider import ModelConfig, open_provider
 from cairn.provider.registry import TokenCounts, lookup, price
 from cairn.store import CompactionRecord, read_transcript
 from cairn.wire_apis import WireAPI
+from fix_add_session import is_fork, play
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     CacheStat,
     OpenAIServer,
     RecordedRequest,
-    Reply,
-    ToolCallSpec,
     openai_server_fixture,
 )
 
-SUMMARY = (
-    "<summary>\n## Objective and constraints\nFix add() in calc.py.\n"
-    "## Exact next action\nRun python check.py.\n</summary>"
-)
-
-
-def is_fork(body: dict[str, Any]) -> bool:
-    last = body["messages"][-1]
-    return last["role"] == "user" and "TEXT ONLY" in str(last.get("content"))
-
-
-def call(name: str, **args: Any) -> Reply:
-    return Reply(tool_calls=[ToolCallSpec(name, json.dumps(args))])
-
 
 def long_session(tmp_path: Path, server: OpenAIServer, api: WireAPI) -> list[Usage]:
-    """The session of ``test_fork_prefix``, on ``api``; the usages the transcript stored."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    for n in range(6):
-        lines = "".join(f"module {n} line {i}: value = compute({i})\n" for i in range(45))
-        (workspace / f"m{n}.py").write_text(lines)
-    (workspace / "log.txt").write_text("".join(f"build step {i} ok\n" for i in range(300)))
-    plan = [
-        *(call("read_file", path=f"m{n % 6}.py") for n in range(10)),
-        *(call("bash", command="cat log.txt") for _ in range(6)),
-        *(call("read_file", path=f"m{n % 6}.py") for n in range(10)),
-        call("edit_file", path="calc.py", old_string="a - b", new_string="a + b"),
-        Reply(text="Fixed add()."),
-    ]
-
-    def model(body: dict[str, Any]) -> Reply:
-        return Reply(text=SUMMARY) if is_fork(body) else (plan.pop(0) if plan else Reply("ok"))
-
-    server.respond_with(model)
-    config = ModelConfig(model="m", base_url=server.base_url, context_window=14_336, api=api)
-    runtime = Runtime(
-        workspace,
-        config,
-        open_provider(config),
-        settings=Settings(),
-        home=tmp_path / "home",
-        permission_mode="bypass",
-    )
-    session = runtime.new_session()
-    result = asyncio.run(run_turn(session, "add() in calc.py is wrong; survey and fix it"))
-    runtime.close()
-    assert result.text == "Fixed add()."
+    """``fix_add_session``'s session (``test_fork_prefix``'s), on ``api``; the usages
+    the transcript stored."""
+    session = play(tmp_path, server, api)
     records = read_transcript(session.path).records
     assert sum(isinstance(r, CompactionRecord) for r in records) >= 2
     return [m.meta.usage for m in session.pipeline.messages if m.meta.usage is not None]
