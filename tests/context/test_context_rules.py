@@ -407,3 +407,52 @@ def test_compaction_would_help_only_after_regrowth() -> None:
     assert not compaction_would_help(9_000, 8_500, 10_000)
     assert not compaction_would_help(9_499, 8_500, 10_000)
     assert compaction_would_help(9_500, 8_500, 10_000)
+
+
+# ---------------------------------------------------------------------------
+# The three decisions, as named rules (issue 28)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "estimated", "expected"),
+    [
+        (10_000, 0, True),  # all counted by the provider: exactly the budget fits
+        (10_001, 0, False),
+        (9_000, 2_000, True),  # 9,000 + 35 % of 2,000 = 9,700
+        (9_000, 3_000, False),  # 9,000 + 1,050 > 10,000
+    ],
+)
+def test_may_send_puts_the_margin_on_the_estimated_part_only(
+    tokens: int, estimated: int, expected: bool
+) -> None:
+    from cairn.context.budget import may_send
+
+    assert may_send(tokens, estimated, 10_000) is expected
+
+
+def test_a_compaction_waits_for_a_response_then_for_regrowth() -> None:
+    from cairn.context.budget import compaction_hold, may_compact_now
+
+    def hold(tokens: int, *, since: bool = False, floor: int | None = None) -> object:
+        return compaction_hold(tokens, 10_000, compacted_since_response=since, floor=floor)
+
+    assert hold(9_000) is None
+    assert hold(9_000, since=True) == "awaiting_response"
+    assert hold(9_000, floor=8_500) == "no_regrowth"  # grew less than 10 % of the budget
+    assert hold(9_500, floor=8_500) is None
+    assert hold(9_500, since=True, floor=8_500) == "awaiting_response"
+    assert may_compact_now(9_500, 10_000, compacted_since_response=False, floor=8_500)
+    assert not may_compact_now(9_000, 10_000, compacted_since_response=True, floor=None)
+
+
+@pytest.mark.parametrize(
+    ("output_started", "reactive_used", "expected"),
+    [(False, False, True), (True, False, False), (False, True, False), (True, True, False)],
+)
+def test_a_reactive_compaction_only_before_output_and_once_per_boundary(
+    output_started: bool, reactive_used: bool, expected: bool
+) -> None:
+    from cairn.context.budget import reactive_allowed
+
+    allowed = reactive_allowed(output_started=output_started, reactive_used=reactive_used)
+    assert allowed is expected

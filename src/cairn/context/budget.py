@@ -71,3 +71,49 @@ ESTIMATE_MARGIN = 0.35
 def cautious(tokens: int, estimated: int) -> int:
     """A projection of ``tokens`` with the margin on its ``estimated`` part."""
     return tokens + math.ceil(ESTIMATE_MARGIN * estimated)
+
+
+def may_send(tokens: int, estimated: int, budget: int) -> bool:
+    """Whether a request projected at ``tokens`` may be sent (DESIGN §5.9 step 4).
+
+    ``estimated`` is the part the provider has not counted yet: with the
+    margin on it, the request must fit the input budget. Main requests and
+    compaction forks alike: nothing known to be over the budget goes out.
+    """
+    return cautious(tokens, estimated) <= budget
+
+
+CompactionHold: TypeAlias = Literal["awaiting_response", "no_regrowth"]
+
+
+def compaction_hold(
+    tokens: int, budget: int, *, compacted_since_response: bool, floor: int | None
+) -> CompactionHold | None:
+    """Why a due compaction must wait now, or ``None`` when it may run.
+
+    ``awaiting_response``: one already ran since the provider last answered,
+    and compacting the same context again would loop. ``no_regrowth``: the
+    last one could not get under the line (``floor``) and the context has not
+    grown enough since for another to do better.
+    """
+    if compacted_since_response:
+        return "awaiting_response"
+    if not compaction_would_help(tokens, floor, budget):
+        return "no_regrowth"
+    return None
+
+
+def may_compact_now(
+    tokens: int, budget: int, *, compacted_since_response: bool, floor: int | None
+) -> bool:
+    """Whether a due automatic compaction may run now (no anti-loop guard holds it)."""
+    hold = compaction_hold(
+        tokens, budget, compacted_since_response=compacted_since_response, floor=floor
+    )
+    return hold is None
+
+
+def reactive_allowed(*, output_started: bool, reactive_used: bool) -> bool:
+    """Whether a context-limit refusal may be answered by compacting and replaying
+    (DESIGN §5.8): only before any output, and once per provider boundary."""
+    return not output_started and not reactive_used

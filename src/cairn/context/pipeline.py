@@ -20,12 +20,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cairn.context.boundary import Boundary, prompt_tokens
 from cairn.context.breaker import CompactionBreaker, breaker_key
 from cairn.context.budget import (
     cautious,
     compaction_due,
-    compaction_would_help,
+    compaction_hold,
     handoff_line,
+    may_send,
+    reactive_allowed,
 )
 from cairn.context.calibration import (
     CALIBRATION_KEY,
@@ -69,7 +72,6 @@ from cairn.messages import (
     KIND_PLAN_REMINDER,
     JSONValue,
     Message,
-    Usage,
     group_rounds,
     tool_result,
 )
@@ -258,15 +260,10 @@ class ContextPipeline:
         #: anchored projection: the next response measures the density.
         self._probe: tuple[int, int] | None = None
         self._calibration: FixedCalibration | None = None
-        self._compacted_since_response = False
-        #: The provider's prompt tokens of the first request after a compaction
-        #: that could not get under the compaction line (``None``: it did).
-        self._floor: int | None = None
+        self._boundary = Boundary()
         self._compacting = False
         #: Set by ``cancel_compaction`` while a compaction runs.
         self._cancel: asyncio.Event | None = None
-        #: Reactive compaction may run once per successful provider boundary.
-        self._reactive_used = False
         self._hooks = hooks or NoHooks()
         self._restoration = restoration
         self._listener = listener or NoListener()
@@ -423,13 +420,10 @@ class ContextPipeline:
         if message.role == "assistant" and usage is not None:
             self._tracker.observe(self.messages, self._fixed_tokens, self._revision)
             self._last_call = self._clock()
-            self._reactive_used = False
-            prompt = _prompt_tokens(usage)
-            if self._compacted_since_response:
-                # The provider's count of the compacted context — the prompt alone:
-                # a long answer is new content, not a compaction that fell short.
-                self._floor = self._floor_after(prompt)
-            self._compacted_since_response = False
+            prompt = prompt_tokens(usage)
+            self._boundary.responded(
+                prompt, budget=self._tracker.input_budget, compact_ratio=self.config.compact_ratio
+            )
             self._learn_density(prompt)
             self._calibrate(prompt)
 
@@ -632,19 +626,22 @@ class ContextPipeline:
         message. A PreCompact block raises ``CompactionBlockedError`` and the
         context stays as it was.
         """
-        if error.output_started:
+        allowed = reactive_allowed(
+            output_started=error.output_started, reactive_used=self._boundary.reactive_used
+        )
+        if not allowed and error.output_started:
             raise ContextWindowExceededError(
                 "the model stopped because the conversation no longer fits its context "
                 "window, after it had started answering; the context was left as it was. "
                 "Run /compact, then ask again."
             ) from error
-        if self._reactive_used:
+        if not allowed:
             raise ContextWindowExceededError(
                 "the conversation still does not fit the model's context window after an "
                 "emergency compaction; run /compact with instructions to keep less, or "
                 "start a new session."
             ) from error
-        self._reactive_used = True
+        self._boundary.reactive_used = True
         if error.prompt_tokens is not None:
             # The refusal says what the request really counted: what the
             # replacement is planned with should know it (DESIGN §4).
@@ -847,17 +844,22 @@ class ContextPipeline:
 
     def _held_back(self, snapshot: TokenSnapshot) -> str | None:
         """Why a due compaction should wait, if a guard against loops says so."""
-        if self._compacted_since_response:
+        hold = compaction_hold(
+            snapshot.tokens or 0,
+            snapshot.input_budget or 0,
+            compacted_since_response=self._boundary.compacted_since_response,
+            floor=self._boundary.floor,
+        )
+        if hold == "awaiting_response":
             return (
                 "compaction already ran before this request; not compacting again "
                 "until the provider answers"
             )
-        budget = snapshot.input_budget or 0
-        if not compaction_would_help(snapshot.tokens or 0, self._floor, budget):
+        if hold == "no_regrowth":
             return (
-                f"the last compaction could not get under the compaction line "
-                f"({self._floor:,} tokens: the system prompt, tools and what it must keep); "
-                "not compacting again until the context grows"
+                "the last compaction could not get under the compaction line "
+                f"({self._boundary.floor or 0:,} tokens: the system prompt, tools and what it "
+                "must keep); not compacting again until the context grows"
             )
         return None
 
@@ -876,11 +878,6 @@ class ContextPipeline:
             max(tokens - fixed_tokens, 0),
             "; ".join(warnings) or None,
         )
-
-    def _floor_after(self, prompt_tokens: int) -> int | None:
-        budget = self._tracker.input_budget
-        under = budget is None or prompt_tokens < self.config.compact_ratio * budget
-        return None if under else prompt_tokens
 
     def _will_send(self, after: TokenSnapshot, fixed_tokens: int, edited: bool = False) -> None:
         """Remember what the response to this request can measure (fixed context, density)."""
@@ -939,34 +936,20 @@ class ContextPipeline:
         last response's usage is still the baseline unless the context was
         rewritten after it (a compaction or an edit).
         """
-        ignored = self._store.api_view.ignored_checkpoints
-        last_usage: Message | None = None
-        rewritten = False
-        compaction: CompactionRecord | None = None
-        after_compaction: Message | None = None
         if calibration is not None:
             self._calibration = FixedCalibration.from_json(calibration) or self._calibration
-        for record in records:
-            if isinstance(record, CompactionRecord) and record.id not in ignored:
-                compaction, after_compaction, rewritten = record, None, True
-            elif isinstance(record, ContextEditRecord):
-                rewritten = True
-            elif isinstance(record, MessageRecord):
-                message = record.message
-                if message.role == "assistant" and message.meta.usage is not None:
-                    last_usage, rewritten = message, False
-                    if compaction is not None and after_compaction is None:
-                        after_compaction = message
-        if compaction is not None and after_compaction is None:
-            self._compacted_since_response = True
-            self._reactive_used = compaction.trigger == "reactive"
-        if after_compaction is not None and after_compaction.meta.usage is not None:
-            self._floor = self._floor_after(_prompt_tokens(after_compaction.meta.usage))
-        if last_usage is None or rewritten:
+        self._boundary = Boundary.from_records(
+            records,
+            self._store.api_view.ignored_checkpoints,
+            budget=self._tracker.input_budget,
+            compact_ratio=self.config.compact_ratio,
+        )
+        anchor = self._boundary.anchor
+        if anchor is None:
             return
         messages = self.messages
         for index in range(len(messages) - 1, -1, -1):
-            if messages[index].id == last_usage.id:
+            if messages[index].id == anchor.id:
                 fixed = self._calibration.tokens if self._calibration else None
                 self._tracker.observe(messages, fixed, self._revision, index)
                 self._fixed_tokens = fixed
@@ -1073,7 +1056,7 @@ class ContextPipeline:
         # The view is now the replacement: rebuilt from it (a short list) on the next use.
         self._index.reset()
         self._revision += 1
-        self._compacted_since_response = True
+        self._boundary.compacted()
         return record
 
     def _apply_edits(self, edits: list[ContentEdit]) -> None:
@@ -1128,7 +1111,7 @@ def _over_budget(snapshot: TokenSnapshot) -> bool:
     return (
         snapshot.tokens is not None
         and snapshot.input_budget is not None
-        and _cautious(snapshot) > snapshot.input_budget
+        and not may_send(snapshot.tokens, snapshot.estimated, snapshot.input_budget)
     )
 
 
@@ -1137,11 +1120,6 @@ def _message_estimate(snapshot: TokenSnapshot, fixed_tokens: int) -> int | None:
     if snapshot.source != "estimate" or snapshot.tokens is None:
         return None
     return max(snapshot.tokens - fixed_tokens, 0)
-
-
-def _prompt_tokens(usage: Usage) -> int:
-    """The request's size as the provider counted it (older servers omit ``prompt_tokens``)."""
-    return usage.prompt_tokens or max(usage.total_tokens - usage.completion_tokens, 0)
 
 
 def _join_instructions(*parts: str | None) -> str | None:
