@@ -38,7 +38,7 @@ INTERNAL_EXCEPTIONS = {
     "cairn.context.calibration._MalformedError",
     "cairn.context.ledger._MalformedEntryError",
     # The compaction's summary wait lost the race to cancel_compaction; turned into a notice.
-    "cairn.context.pipeline._CancelledError",
+    "cairn.context.compactor._CancelledError",
     # One of the provider's timers fired; the stream turns it into a ProviderTimeoutError.
     "cairn.provider.streaming._ExpiredError",
     # Bytes the SDK cannot parse; the stream turns them into a ProviderError.
@@ -54,8 +54,8 @@ STANDARD_BASES = {
     "cairn.agent.tools.paths.SymlinkRefusedError": ValueError,
     "cairn.agent.tools.paths.ToolArgumentError": ValueError,
     "cairn.context.hooks.CompactionBlockedError": RuntimeError,
-    "cairn.context.pipeline.CheckpointFailedError": RuntimeError,
-    "cairn.context.pipeline.CompactionFailedError": RuntimeError,
+    "cairn.context.compactor.CheckpointFailedError": RuntimeError,
+    "cairn.context.compactor.CompactionFailedError": RuntimeError,
     "cairn.context.pipeline.ContextWindowExceededError": RuntimeError,
     "cairn.context.pipeline.RequestTooLargeError": RuntimeError,
     "cairn.context.summarizer.SummarizerError": RuntimeError,

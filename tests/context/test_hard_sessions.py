@@ -870,6 +870,33 @@ WINDOW = 32_000
 # A JSON dump pasted whole on the first request: no usage has measured anything yet, and
 # counted as prose it went out 1.07× over the budget (the paste's lines are JSON).
 @example(scenario=Scenario(WINDOW, None, (Turn(text="look", paste=("json", 1.0)),)))
+# A refusal right after a compaction whose kept tail held no answer: the view had no
+# assistant message and was taken for the first request ("nothing to compact yet").
+@example(
+    scenario=Scenario(
+        10_603,
+        5_301,
+        (
+            Turn(
+                ((Read("cjk", 1.0), Read("base64", 1.0, "bash"), Read("code", 0.01)),),
+                ("cjk", 1.3),
+            ),
+            Turn(
+                (
+                    (Read("prose", 0.6, "bash"), Read("json", 0.2, "bash"), Read("cjk", 0.6)),
+                    (
+                        Read("prose", 0.03, "bash"),
+                        Read("prose", 0.06, "bash"),
+                        Read("code", 0.2),
+                        Read("json", 0.1),
+                    ),
+                )
+            ),
+        ),
+        frozenset({4, 16}),
+        ("context_limit", "garbage", "http500"),
+    )
+)
 def _every_promise(api: WireAPI, scenario: Scenario) -> None:
     RUNS.append(scenario)
     with tempfile.TemporaryDirectory(prefix="cairn-hard-") as folder:

@@ -10,15 +10,13 @@ after a successful write.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from cairn.context.boundary import Boundary, prompt_tokens
 from cairn.context.breaker import CompactionBreaker, breaker_key
@@ -40,36 +38,34 @@ from cairn.context.calibration import (
     measure,
     sharper,
 )
+from cairn.context.compactor import UNKNOWN_WINDOW, Compactor
+
+# The compaction's errors and outcome are the façade's too: callers import them from here.
+from cairn.context.compactor import CheckpointFailedError as CheckpointFailedError
+from cairn.context.compactor import CompactionCancelledError as CompactionCancelledError
+from cairn.context.compactor import CompactionFailedError as CompactionFailedError
+from cairn.context.compactor import CompactionOutcome as CompactionOutcome
+from cairn.context.compactor import NothingToCompactError as NothingToCompactError
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
 from cairn.context.events import CompactionListener, NoListener
 from cairn.context.handoff import HandoffLedger, build_handoff_message
 from cairn.context.hooks import (
-    CompactionBlockedError,
     CompactionHooks,
     NoHooks,
-    session_start_reminder,
 )
 from cairn.context.index import ContextIndex
-from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, nothing_to_compact
 from cairn.context.restoration_source import RestorationSource
-from cairn.context.restore import build_restoration
 from cairn.context.snip import snip_target, snip_worth_it
 from cairn.context.summarizer import (
-    RESULT_SHARE,
     FallbackSummarizer,
     Summarizer,
-    SummarizerError,
-    Summary,
-    SummaryRequest,
-    fallback_summary,
 )
 from cairn.context.tool_budget import apply_tool_budget, tool_budget_for
 from cairn.context.tracker import ContextTokenTracker, FixedContext, TokenSnapshot
 from cairn.errors import CairnError
 from cairn.messages import (
     KIND_HANDOFF,
-    KIND_PLAN_REMINDER,
     JSONValue,
     Message,
     group_rounds,
@@ -77,46 +73,21 @@ from cairn.messages import (
 )
 from cairn.provider.config import ModelConfig
 from cairn.provider.errors import ContextLimitError
-from cairn.store.base import StoreError, StoreFactory, TranscriptStore, TranscriptWriteError
+from cairn.store.base import StoreFactory, TranscriptStore, TranscriptWriteError
 from cairn.store.jsonl import JsonlStoreFactory
 from cairn.store.paths import new_session_id, normalize_workspace
 from cairn.store.records import (
-    CheckpointError,
-    CompactionRecord,
     ContentEdit,
     ContextEditRecord,
-    ErrorRecord,
     HandoffRecord,
     MessageRecord,
     Record,
     SessionRecord,
     StateRecord,
-    Strategy,
-    Trigger,
 )
-from cairn.store.views import compact_block
 from cairn.tokens import message_counter
 
 _R = TypeVar("_R")
-
-
-class CheckpointFailedError(StoreError):
-    """The compaction could not be saved; the turn fails and the context is unchanged."""
-
-    phase = "checkpoint"
-
-
-class CompactionFailedError(CairnError, RuntimeError):
-    """A manual compaction failed; an error block was written to the session."""
-
-
-class NothingToCompactError(CompactionFailedError):
-    """A manual compaction had nothing to gain (an empty conversation, a result that
-    would not be smaller): a notice, nothing is written and the context is unchanged."""
-
-
-class CompactionCancelledError(CairnError, RuntimeError):
-    """A compaction was cancelled (``cancel_compaction``); nothing was written."""
 
 
 class ContextWindowExceededError(CairnError, RuntimeError):
@@ -165,27 +136,6 @@ class RequestTooLargeError(CairnError, RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class CompactionOutcome:
-    record_id: str
-    trigger: Trigger
-    strategy: Strategy
-    pre_tokens: int
-    post_tokens: int
-    summary: str
-
-    @classmethod
-    def of(cls, record: CompactionRecord) -> CompactionOutcome:
-        return cls(
-            record.id,
-            record.trigger,
-            record.strategy,
-            record.pre_tokens,
-            record.post_tokens,
-            record.summary,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class CheckResult:
     """What one check did. ``after`` is the projection the request goes out with."""
 
@@ -199,11 +149,6 @@ class CheckResult:
 
 
 _UNKNOWN = TokenSnapshot(None, "unknown", None, "unknown")
-#: The window a manual compaction assumes when the model's is unknown: half
-#: of it is the absolute cap on a summary, so only that cap applies.
-UNKNOWN_WINDOW = 2 * MAX_SUMMARY_TOKENS
-
-
 #: The result a call left unanswered by a crash gets when the session reopens.
 CRASH_INTERRUPTED = "[interrupted: the session stopped before this tool call finished]"
 #: The open round is at the end: only this many messages are grouped to find
@@ -237,7 +182,6 @@ class ContextPipeline:
         self._store = store
         self._workspace = normalize_workspace(workspace)
         self._effects = dict(tool_effects or {})
-        self._summarizer = summarizer or FallbackSummarizer()
         self._breaker = breaker or CompactionBreaker(config.breaker_threshold)
         self._clock = clock
         self._artifacts_dir = artifacts_dir
@@ -261,15 +205,22 @@ class ContextPipeline:
         self._probe: tuple[int, int] | None = None
         self._calibration: FixedCalibration | None = None
         self._boundary = Boundary()
-        self._compacting = False
-        #: Set by ``cancel_compaction`` while a compaction runs.
-        self._cancel: asyncio.Event | None = None
-        self._hooks = hooks or NoHooks()
-        self._restoration = restoration
         self._listener = listener or NoListener()
         #: Which session the host shows now; a compaction whose session changed
         #: while it ran abandons its whole write phase.
         self._current_session = current_session or (lambda: self.session_id)
+        self._compactor = Compactor(
+            self,
+            store,
+            workspace=self._workspace,
+            tool_effects=self._effects,
+            summarizer=summarizer or FallbackSummarizer(),
+            breaker=self._breaker,
+            hooks=hooks or NoHooks(),
+            listener=self._listener,
+            restoration=restoration,
+            artifacts_dir=artifacts_dir,
+        )
         #: Set by the host while a response streams: a manual compaction then waits.
         self.streaming = False
         # Only the records since the last valid checkpoint: a resume costs what
@@ -373,7 +324,7 @@ class ContextPipeline:
 
     @property
     def compacting(self) -> bool:
-        return self._compacting
+        return self._compactor.compacting
 
     def cancel_compaction(self) -> None:
         """Stop the running compaction while it waits for its summary; nothing is written.
@@ -385,8 +336,7 @@ class ContextPipeline:
         ``compact``, ``check_and_compact`` or ``recover_from_context_limit`` —
         and the request it was making room for is not sent.
         """
-        if self._cancel is not None:
-            self._cancel.set()
+        self._compactor.cancel()
 
     def answer_open_calls(self, text: str) -> list[Message]:
         """Answer every call of the last round that has no result with ``text`` (an error).
@@ -526,7 +476,7 @@ class ContextPipeline:
             more, saved = index.snip_edits(
                 excess=snapshot.tokens - snip_target(budget, line), after=edits
             )
-            if snip_worth_it(saved, snapshot.tokens, line, self._would_call_model()):
+            if snip_worth_it(saved, snapshot.tokens, line, self._compactor.would_call_model()):
                 spare = None
             else:
                 spare = (more, saved)  # taken only if no compaction can run
@@ -549,7 +499,7 @@ class ContextPipeline:
                     warnings.append(f"{held}; compacting anyway: the request would not fit")
                 # The unedited context: the fork must extend the request the
                 # provider cached, and summarize the contents, not this check's stubs.
-                outcome = await self._compaction("auto", messages, fixed, None, warnings, before)
+                outcome = await self._compactor.run("auto", messages, fixed, None, warnings, before)
                 if outcome is not None:
                     after = self.project(fixed)
                     if self._due(after, 0):
@@ -598,13 +548,13 @@ class ContextPipeline:
         is raised — never a silent fallback. A PreCompact hook's block raises
         ``CompactionBlockedError``.
         """
-        if self.streaming or self._compacting:
+        if self.streaming or self._compactor.compacting:
             return None
         self._breaker.reset(breaker_key(self._workspace, self.session_id))
         before = self.project(fixed)
         warnings: list[str] = []
         try:
-            return await self._compaction(
+            return await self._compactor.run(
                 "manual", self.messages, fixed, instructions, warnings, before
             )
         finally:
@@ -651,7 +601,7 @@ class ContextPipeline:
         fixed_tokens = self.fixed_tokens(fixed)
         self._fixed, self._fixed_tokens = fixed, fixed_tokens
         # No projection: the provider has just said ours was wrong.
-        outcome = await self._compaction("reactive", messages, fixed, None, warnings)
+        outcome = await self._compactor.run("reactive", messages, fixed, None, warnings)
         if outcome is None:
             raise ContextWindowExceededError(
                 "the conversation does not fit the model's context window and could not be "
@@ -662,185 +612,31 @@ class ContextPipeline:
         self._refuse_over_budget(after, fixed_tokens, warnings)
         return outcome
 
-    # -- steps -----------------------------------------------------------
+    # -- what the compactor asks (``CompactionHost``) ----------------------
 
-    async def _compaction(
-        self,
-        trigger: Trigger,
-        view: Sequence[Message],
-        fixed: FixedContext,
-        instructions: str | None,
-        warnings: list[str],
-        projection: TokenSnapshot | None = None,
-    ) -> CompactionOutcome | None:
-        """PreCompact → summary → (session still the same?) → save → swap → hooks → block.
-
-        ``projection`` is the projected size of a request carrying ``view``: the
-        record's ``pre_tokens``, and the fork is sent unchanged when it, plus its
-        instruction, fits. Without it, both come from the estimate of ``view``.
-        """
-        if self.model.context_window is None and trigger != "manual":
-            return None
-        # The provider refused the request: anything in it may be compacted, an
-        # earlier block included (re-summarized whole), as for /compact.
-        if nothing_to_compact(view, on_demand=trigger != "auto"):
-            self._not_compacted(
-                trigger,
-                "nothing to compact: the conversation is empty"
-                if trigger != "auto"
-                else "nothing to compact yet: the conversation has no complete round",
-                warnings,
-            )
-            return None
-        if trigger != "manual" and self._first_request_fits(view, fixed, trigger):
-            self._not_compacted(
-                trigger,
-                "nothing to compact yet: this is the first request, and the conversation fits "
-                "beside the system prompt and tools",
-                warnings,
-            )
-            return None
-        session = self._current_session()
-        self._compacting = True
-        self._cancel = asyncio.Event()
-        self._listener.compaction_state_changed(True)
-        try:
-            pre_hook = await self._hooks.pre_compact(trigger, instructions)
-            warnings.extend(pre_hook.notices)
-            if pre_hook.blocked is not None:
-                if trigger == "auto":
-                    warnings.append(f"compaction blocked by a PreCompact hook: {pre_hook.blocked}")
-                    return None
-                raise CompactionBlockedError(pre_hook.blocked)
-            merged = _join_instructions(instructions, pre_hook.output)
-            request = self._request(view, fixed, trigger, merged, projection)
-            try:
-                asked = self._summarize(trigger, request, warnings)
-                summary = await _unless_set(self._cancel, asked)
-            except _CancelledError:
-                raise CompactionCancelledError(
-                    "compaction cancelled; the context is unchanged"
-                ) from None
-            except SummarizerError as exc:
-                if self._current_session() != session:
-                    return None
-                # The forks sent are named even when no checkpoint records them.
-                reason = str(exc) + _left_out(exc.elisions)
-                self._store.append(ErrorRecord(f"Compaction failed: {reason}", source="compact"))
-                raise CompactionFailedError(reason) from exc
-            if summary is None:
-                return None
-            if self._current_session() != session:
-                # The host switched or cleared the session meanwhile: write nothing anywhere.
-                warnings.append("compaction abandoned: the session changed while it ran")
-                return None
-            source = sum(self._sized(m) for m in view)
-            summary = self._with_restoration(summary, fixed, source)
-            result = sum(self._sized(m) for m in summary.replacement)
-            if result >= source:
-                self._not_compacted(
-                    trigger,
-                    f"compaction not applied: its result ({result:,} tokens) is not smaller "
-                    f"than the context it would replace ({source:,} tokens)"
-                    + _left_out(summary.elisions),
-                    warnings,
-                )
-                return None
-            record = self._commit(summary, trigger, projection, fixed)
-            started = await self._hooks.session_start("compact")
-            reminder = session_start_reminder(started.output, "compact")
-            if reminder is not None and self._current_session() == session:
-                # After the checkpoint: part of the API view, never rendered.
-                self.add(reminder)
-            ended = await self._hooks.post_compact(trigger, summary.summary)
-            for event in (started, ended):
-                warnings.extend(event.notices)
-            self._listener.compact_block_added(compact_block(record))
-            return CompactionOutcome.of(record)
-        finally:
-            self._compacting = False
-            self._cancel = None
-            self._listener.compaction_state_changed(False)
-
-    async def _summarize(
-        self, trigger: Trigger, request: SummaryRequest, warnings: list[str]
-    ) -> Summary | None:
-        """Ask the summarizer, honouring the breaker and the failure policy.
-
-        Raises ``SummarizerError`` only for a manual compaction, which never
-        falls back silently.
-        """
-        key = breaker_key(self._workspace, self.session_id)
-        skip = self.config.on_failure == "skip"
-        if trigger != "manual" and self._breaker.is_open(key):
-            failures = self._breaker.failures(key)
-            if skip:
-                warnings.append(
-                    f"compaction skipped: the summarizer failed {failures} times in a row"
-                )
-                return None
-            warnings.append(
-                f"the summarizer failed {failures} times in a row; used the deterministic fallback"
-            )
-            return fallback_summary(request.messages, request)
-        try:
-            summary = await self._summarizer.summarize(request)
-        except SummarizerError as exc:
-            failures = self._breaker.record_failure(key)
-            if trigger == "manual":
-                raise
-            warnings.append(f"compaction failed ({failures} in a row): {exc}")
-            return None if skip else fallback_summary(request.messages, request, exc.elisions)
-        self._breaker.record_success(key)
-        return summary
-
-    def _first_request_fits(
-        self, view: Sequence[Message], fixed: FixedContext, trigger: Trigger
-    ) -> bool:
-        """The very first request, with a conversation that fits its share of the budget.
-
-        Only the fixed context brought it to the line: compacting the user's
-        opening message would restate it (issue 9). A first message bigger
-        than its share is compacted — saved to a file, head and tail kept.
-        """
-        if any(m.role == "assistant" for m in view):
-            return False
-        size = sum(self._sized(m) for m in view)
-        if trigger == "reactive":
-            # The provider said the request does not fit, so our count is not
-            # trusted; but only an opening message too big for the checkpoint
-            # (saved to a file, head and tail kept) can come out smaller.
-            budget = self._tracker.input_budget or UNKNOWN_WINDOW
-            return size <= self.config.checkpoint_share * budget
-        # With the margin the request is sent under (``_refuse_over_budget``): an
-        # opening message that fits only without it is compacted, not refused.
-        return cautious(size, size) <= self._share(fixed)
-
-    def _sized(self, message: Message) -> int:
+    def sized(self, message: Message) -> int:
         """A message's estimate at the session's density: what compaction plans with,
         so that a replacement aimed at half the budget lands there as the provider counts."""
         return self._tracker.scaled(self._count(message))
 
-    def _would_call_model(self) -> bool:
-        """Whether an automatic compaction now would ask the LLM (not the model-free fallback)."""
-        if isinstance(self._summarizer, FallbackSummarizer):
-            return False
-        return not self._breaker.is_open(breaker_key(self._workspace, self.session_id))
-
-    def _not_compacted(self, trigger: Trigger, reason: str, warnings: list[str]) -> None:
-        """A compaction that cannot help says why: a notice, not an error (DESIGN §5.6).
-
-        A manual one raises ``NothingToCompactError`` so that its command
-        reports the reason; nothing is written, the context is unchanged.
-        """
-        if trigger == "manual":
-            raise NothingToCompactError(reason)
-        warnings.append(reason)
-
-    def _share(self, fixed: FixedContext) -> int:
+    def conversation_share(self, fixed: FixedContext) -> int:
         """The conversation's share of the input budget ; the fixed context takes the rest."""
         budget = self._tracker.input_budget or UNKNOWN_WINDOW
         return max(budget - self.fixed_tokens(fixed), 0)
+
+    def shown_session(self) -> str:
+        """Which session the host shows now (a compaction for another writes nothing)."""
+        return self._current_session()
+
+    def checkpoint_committed(self) -> None:
+        """A checkpoint is durable and the view is its replacement: re-measure from it."""
+        self._tracker.invalidate()
+        # The view is now the replacement: rebuilt from it (a short list) on the next use.
+        self._index.reset()
+        self._revision += 1
+        self._boundary.compacted()
+
+    # -- steps -----------------------------------------------------------
 
     def _held_back(self, snapshot: TokenSnapshot) -> str | None:
         """Why a due compaction should wait, if a guard against loops says so."""
@@ -955,110 +751,6 @@ class ContextPipeline:
                 self._fixed_tokens = fixed
                 return
 
-    def _with_restoration(self, summary: Summary, fixed: FixedContext, source: int) -> Summary:
-        """Insert what must be re-injected right after the compact block, within budget.
-
-        Files and skills fit under the handoff line and never take the result
-        past ``RESULT_SHARE`` of the ``source`` it replaces: a restoration that
-        grew the context would turn a compaction that helps into one refused
-        as not smaller (a short conversation that read big files).
-        """
-        if self._restoration is None or not summary.replacement:
-            return summary
-        restored = build_restoration(
-            self._restoration, session_id=self.session_id, workspace=Path(self._workspace)
-        )
-        block, *rest = summary.replacement
-        budget = self._tracker.input_budget
-        replacement = sum(self._sized(m) for m in summary.replacement)
-        room = int(RESULT_SHARE * source) - replacement
-        if budget is not None:
-            line = handoff_line(budget, self.config.handoff_ratio)
-            room = min(room, line - self.fixed_tokens(fixed) - replacement)
-        kept: list[Message] = []
-        for i, message in enumerate(restored):
-            cost = self._sized(message)
-            # The working directory and the plan-mode reminder always go; files
-            # and skills only while they fit.
-            mandatory = i == 0 or message.meta.kind == KIND_PLAN_REMINDER
-            if mandatory or cost <= room:
-                kept.append(message)
-                room -= cost
-        return replace(summary, replacement=(block, *kept, *rest))
-
-    def _request(
-        self,
-        view: Sequence[Message],
-        fixed: FixedContext,
-        trigger: Trigger,
-        instructions: str | None,
-        projection: TokenSnapshot | None = None,
-    ) -> SummaryRequest:
-        window = self.model.context_window or UNKNOWN_WINDOW
-        projected = projection.tokens if projection is not None else None
-        request_budget = self._tracker.input_budget
-        return SummaryRequest(
-            # The handoff reminder is a control message for the live model only:
-            # the replacement never carries it, the fork sends it as it was sent.
-            messages=tuple(m for m in view if m.meta.kind != KIND_HANDOFF),
-            sent=tuple(view),
-            fixed=fixed,
-            window=window,
-            # The conversation's share of the budget: the fixed context goes out
-            # with every request, so the replacement must leave room for it.
-            input_budget=self._share(fixed),
-            trigger=trigger,
-            tool_effects=self._effects,
-            instructions=instructions,
-            count=self._sized,
-            keep_rounds=self.config.keep_rounds,
-            on_text=self._listener.compaction_content_updated,
-            request_budget=request_budget,
-            fixed_tokens=self.fixed_tokens(fixed),
-            # The checkpoint is measured by the formula: at a higher density the
-            # same share of the budget holds fewer estimated tokens.
-            checkpoint_tokens=int(
-                self.config.checkpoint_share * (request_budget or window) / self._tracker.density
-            ),
-            artifacts_dir=self._artifacts_dir,
-            projected=projected,
-            projected_estimated=projection.estimated if projection is not None else 0,
-        )
-
-    def _commit(
-        self,
-        summary: Summary,
-        trigger: Trigger,
-        projection: TokenSnapshot | None,
-        fixed: FixedContext,
-    ) -> CompactionRecord:
-        fixed_tokens = self.fixed_tokens(fixed)
-        post = fixed_tokens + sum(self._sized(m) for m in summary.replacement)
-        pre = projection.tokens if projection is not None else None
-        if pre is None:
-            pre = fixed_tokens + sum(self._sized(m) for m in self.messages)
-        record = CompactionRecord(
-            trigger=trigger,
-            strategy=summary.strategy,
-            pre_tokens=pre,
-            post_tokens=post,
-            summary=summary.summary,
-            replacement_messages=summary.replacement,
-            files=summary.files,
-            fork_elisions=summary.elisions,
-        )
-        try:
-            # Append + fsync; the store swaps its API view only after that.
-            self._store.save_compaction(record)
-        except (CheckpointError, TranscriptWriteError) as exc:
-            raise CheckpointFailedError(f"compaction checkpoint not saved: {exc}") from exc
-        self._tracker.invalidate()
-        # The view is now the replacement: rebuilt from it (a short list) on the next use.
-        self._index.reset()
-        self._revision += 1
-        self._boundary.compacted()
-        return record
-
     def _apply_edits(self, edits: list[ContentEdit]) -> None:
         try:
             self._store.append(ContextEditRecord(tuple(edits)))
@@ -1097,11 +789,6 @@ class ContextPipeline:
         return self._clock() - self._last_call > self.config.micro_compact_idle_s
 
 
-def _left_out(elisions: Sequence[str]) -> str:
-    """What a fork left out, for a compaction that wrote no record to name it."""
-    return f" (the fork left out: {'; '.join(elisions)})" if elisions else ""
-
-
 def _cautious(snapshot: TokenSnapshot) -> int:
     """The projection with the margin on what the provider has not counted yet."""
     return cautious(snapshot.tokens or 0, snapshot.estimated)
@@ -1122,11 +809,6 @@ def _message_estimate(snapshot: TokenSnapshot, fixed_tokens: int) -> int | None:
     return max(snapshot.tokens - fixed_tokens, 0)
 
 
-def _join_instructions(*parts: str | None) -> str | None:
-    texts = [p.strip() for p in parts if p and p.strip()]
-    return "\n\n".join(texts) if texts else None
-
-
 def _timestamp(ts: str | None) -> float | None:
     """A record's ``ts`` as a Unix time (``None`` if absent or unreadable)."""
     if ts is None:
@@ -1135,24 +817,3 @@ def _timestamp(ts: str | None) -> float | None:
         return datetime.fromisoformat(ts).timestamp()
     except ValueError:
         return None
-
-
-class _CancelledError(Exception):
-    """``_unless_set``'s event was set first; the awaited work was cancelled."""
-
-
-async def _unless_set(event: asyncio.Event, work: Coroutine[Any, Any, _R]) -> _R:
-    """``await work``, unless ``event`` is set first: then cancel it, raise ``_CancelledError``."""
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(event.wait())
-    try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        if not task.done():
-            task.cancel()
-    if not task.done() or task.cancelled():
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        raise _CancelledError
-    return task.result()

@@ -1,0 +1,483 @@
+"""The compaction executor: request → summary → gates → checkpoint (DESIGN §5.5, §5.5a).
+
+``Compactor.run`` is one compaction, whatever triggered it: the PreCompact
+hooks, the summary (the LLM fork behind the breaker and the failure policy,
+or the model-free fallback), the gates, the restoration, then the checkpoint
+— appended and fsynced before the context swaps — and the SessionStart and
+PostCompact hooks. ``ContextPipeline`` decides when; the compactor does it,
+through the small ``CompactionHost`` view of the pipeline it works for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from cairn.context.breaker import CompactionBreaker, breaker_key
+from cairn.context.budget import cautious, handoff_line
+from cairn.context.config import CompactionConfig
+from cairn.context.effects import ToolEffect
+from cairn.context.events import CompactionListener
+from cairn.context.hooks import (
+    CompactionBlockedError,
+    CompactionHooks,
+    session_start_reminder,
+)
+from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, nothing_to_compact
+from cairn.context.restoration_source import RestorationSource
+from cairn.context.restore import build_restoration
+from cairn.context.summarizer import (
+    RESULT_SHARE,
+    FallbackSummarizer,
+    Summarizer,
+    SummarizerError,
+    Summary,
+    SummaryRequest,
+    fallback_summary,
+)
+from cairn.context.tracker import FixedContext, TokenSnapshot
+from cairn.errors import CairnError
+from cairn.messages import KIND_COMPACT_SUMMARY, KIND_HANDOFF, KIND_PLAN_REMINDER, Message
+from cairn.provider.config import ModelConfig
+from cairn.store.base import StoreError, TranscriptStore, TranscriptWriteError
+from cairn.store.records import (
+    CheckpointError,
+    CompactionRecord,
+    ErrorRecord,
+    Strategy,
+    Trigger,
+)
+from cairn.store.views import compact_block
+
+_R = TypeVar("_R")
+
+
+#: The window a manual compaction assumes when the model's is unknown: half
+#: of it is the absolute cap on a summary, so only that cap applies.
+UNKNOWN_WINDOW = 2 * MAX_SUMMARY_TOKENS
+
+
+class CheckpointFailedError(StoreError):
+    """The compaction could not be saved; the turn fails and the context is unchanged."""
+
+    phase = "checkpoint"
+
+
+class CompactionFailedError(CairnError, RuntimeError):
+    """A manual compaction failed; an error block was written to the session."""
+
+
+class NothingToCompactError(CompactionFailedError):
+    """A manual compaction had nothing to gain (an empty conversation, a result that
+    would not be smaller): a notice, nothing is written and the context is unchanged."""
+
+
+class CompactionCancelledError(CairnError, RuntimeError):
+    """A compaction was cancelled (``cancel_compaction``); nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    record_id: str
+    trigger: Trigger
+    strategy: Strategy
+    pre_tokens: int
+    post_tokens: int
+    summary: str
+
+    @classmethod
+    def of(cls, record: CompactionRecord) -> CompactionOutcome:
+        return cls(
+            record.id,
+            record.trigger,
+            record.strategy,
+            record.pre_tokens,
+            record.post_tokens,
+            record.summary,
+        )
+
+
+class CompactionHost(Protocol):
+    """What the compactor needs of the pipeline it works for (``ContextPipeline``)."""
+
+    config: CompactionConfig
+    model: ModelConfig
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+
+    @property
+    def input_budget(self) -> int | None: ...
+
+    @property
+    def density(self) -> float: ...
+
+    def fixed_tokens(self, fixed: FixedContext) -> int: ...
+
+    def sized(self, message: Message) -> int:
+        """A message's estimate at the session's density."""
+        ...
+
+    def conversation_share(self, fixed: FixedContext) -> int:
+        """The conversation's share of the input budget."""
+        ...
+
+    def shown_session(self) -> str:
+        """Which session the host shows now."""
+        ...
+
+    def add(self, message: Message) -> None: ...
+
+    def checkpoint_committed(self) -> None:
+        """A checkpoint is durable and the view swapped: measurements restart."""
+        ...
+
+
+class Compactor:
+    """Runs one compaction at a time for one session's pipeline."""
+
+    def __init__(
+        self,
+        host: CompactionHost,
+        store: TranscriptStore,
+        *,
+        workspace: str,
+        tool_effects: Mapping[str, ToolEffect],
+        summarizer: Summarizer,
+        breaker: CompactionBreaker,
+        hooks: CompactionHooks,
+        listener: CompactionListener,
+        restoration: RestorationSource | None,
+        artifacts_dir: Path | None,
+    ) -> None:
+        self._host = host
+        self._store = store
+        self._workspace = workspace
+        self._effects = tool_effects
+        self._summarizer = summarizer
+        self._breaker = breaker
+        self._hooks = hooks
+        self._listener = listener
+        self._restoration = restoration
+        self._artifacts_dir = artifacts_dir
+        self._compacting = False
+        #: Set by ``cancel`` while a compaction runs.
+        self._cancel: asyncio.Event | None = None
+
+    @property
+    def compacting(self) -> bool:
+        return self._compacting
+
+    def cancel(self) -> None:
+        """Stop the running compaction while it waits for its summary (see
+        ``ContextPipeline.cancel_compaction``)."""
+        if self._cancel is not None:
+            self._cancel.set()
+
+    async def run(
+        self,
+        trigger: Trigger,
+        view: Sequence[Message],
+        fixed: FixedContext,
+        instructions: str | None,
+        warnings: list[str],
+        projection: TokenSnapshot | None = None,
+    ) -> CompactionOutcome | None:
+        """PreCompact → summary → (session still the same?) → save → swap → hooks → block.
+
+        ``projection`` is the projected size of a request carrying ``view``: the
+        record's ``pre_tokens``, and the fork is sent unchanged when it, plus its
+        instruction, fits. Without it, both come from the estimate of ``view``.
+        """
+        if self._host.model.context_window is None and trigger != "manual":
+            return None
+        # The provider refused the request: anything in it may be compacted, an
+        # earlier block included (re-summarized whole), as for /compact.
+        if nothing_to_compact(view, on_demand=trigger != "auto"):
+            self._not_compacted(
+                trigger,
+                "nothing to compact: the conversation is empty"
+                if trigger != "auto"
+                else "nothing to compact yet: the conversation has no complete round",
+                warnings,
+            )
+            return None
+        if trigger != "manual" and self._first_request_fits(view, fixed, trigger):
+            self._not_compacted(
+                trigger,
+                "nothing to compact yet: this is the first request, and the conversation fits "
+                "beside the system prompt and tools",
+                warnings,
+            )
+            return None
+        session = self._host.shown_session()
+        self._compacting = True
+        self._cancel = asyncio.Event()
+        self._listener.compaction_state_changed(True)
+        try:
+            pre_hook = await self._hooks.pre_compact(trigger, instructions)
+            warnings.extend(pre_hook.notices)
+            if pre_hook.blocked is not None:
+                if trigger == "auto":
+                    warnings.append(f"compaction blocked by a PreCompact hook: {pre_hook.blocked}")
+                    return None
+                raise CompactionBlockedError(pre_hook.blocked)
+            merged = _join_instructions(instructions, pre_hook.output)
+            request = self._request(view, fixed, trigger, merged, projection)
+            try:
+                asked = self._summarize(trigger, request, warnings)
+                summary = await _unless_set(self._cancel, asked)
+            except _CancelledError:
+                raise CompactionCancelledError(
+                    "compaction cancelled; the context is unchanged"
+                ) from None
+            except SummarizerError as exc:
+                if self._host.shown_session() != session:
+                    return None
+                # The forks sent are named even when no checkpoint records them.
+                reason = str(exc) + _left_out(exc.elisions)
+                self._store.append(ErrorRecord(f"Compaction failed: {reason}", source="compact"))
+                raise CompactionFailedError(reason) from exc
+            if summary is None:
+                return None
+            if self._host.shown_session() != session:
+                # The host switched or cleared the session meanwhile: write nothing anywhere.
+                warnings.append("compaction abandoned: the session changed while it ran")
+                return None
+            source = sum(self._host.sized(m) for m in view)
+            summary = self._with_restoration(summary, fixed, source)
+            result = sum(self._host.sized(m) for m in summary.replacement)
+            if result >= source:
+                self._not_compacted(
+                    trigger,
+                    f"compaction not applied: its result ({result:,} tokens) is not smaller "
+                    f"than the context it would replace ({source:,} tokens)"
+                    + _left_out(summary.elisions),
+                    warnings,
+                )
+                return None
+            record = self._commit(summary, trigger, projection, fixed)
+            started = await self._hooks.session_start("compact")
+            reminder = session_start_reminder(started.output, "compact")
+            if reminder is not None and self._host.shown_session() == session:
+                # After the checkpoint: part of the API view, never rendered.
+                self._host.add(reminder)
+            ended = await self._hooks.post_compact(trigger, summary.summary)
+            for event in (started, ended):
+                warnings.extend(event.notices)
+            self._listener.compact_block_added(compact_block(record))
+            return CompactionOutcome.of(record)
+        finally:
+            self._compacting = False
+            self._cancel = None
+            self._listener.compaction_state_changed(False)
+
+    async def _summarize(
+        self, trigger: Trigger, request: SummaryRequest, warnings: list[str]
+    ) -> Summary | None:
+        """Ask the summarizer, honouring the breaker and the failure policy.
+
+        Raises ``SummarizerError`` only for a manual compaction, which never
+        falls back silently.
+        """
+        key = breaker_key(self._workspace, self._host.session_id)
+        skip = self._host.config.on_failure == "skip"
+        if trigger != "manual" and self._breaker.is_open(key):
+            failures = self._breaker.failures(key)
+            if skip:
+                warnings.append(
+                    f"compaction skipped: the summarizer failed {failures} times in a row"
+                )
+                return None
+            warnings.append(
+                f"the summarizer failed {failures} times in a row; used the deterministic fallback"
+            )
+            return fallback_summary(request.messages, request)
+        try:
+            summary = await self._summarizer.summarize(request)
+        except SummarizerError as exc:
+            failures = self._breaker.record_failure(key)
+            if trigger == "manual":
+                raise
+            warnings.append(f"compaction failed ({failures} in a row): {exc}")
+            return None if skip else fallback_summary(request.messages, request, exc.elisions)
+        self._breaker.record_success(key)
+        return summary
+
+    def _first_request_fits(
+        self, view: Sequence[Message], fixed: FixedContext, trigger: Trigger
+    ) -> bool:
+        """The very first request, with a conversation that fits its share of the budget.
+
+        Only the fixed context brought it to the line: compacting the user's
+        opening message would restate it (issue 9). A first message bigger
+        than its share is compacted — saved to a file, head and tail kept.
+        """
+        # After a compaction whose tail kept no answer the view holds no assistant
+        # message either, but it is no first request: the block may be re-summarized.
+        if any(m.role == "assistant" or m.meta.kind == KIND_COMPACT_SUMMARY for m in view):
+            return False
+        size = sum(self._host.sized(m) for m in view)
+        if trigger == "reactive":
+            # The provider said the request does not fit, so our count is not
+            # trusted; but only an opening message too big for the checkpoint
+            # (saved to a file, head and tail kept) can come out smaller.
+            budget = self._host.input_budget or UNKNOWN_WINDOW
+            return size <= self._host.config.checkpoint_share * budget
+        # With the margin the request is sent under (``_refuse_over_budget``): an
+        # opening message that fits only without it is compacted, not refused.
+        return cautious(size, size) <= self._host.conversation_share(fixed)
+
+    def would_call_model(self) -> bool:
+        """Whether an automatic compaction now would ask the LLM (not the model-free fallback)."""
+        if isinstance(self._summarizer, FallbackSummarizer):
+            return False
+        return not self._breaker.is_open(breaker_key(self._workspace, self._host.session_id))
+
+    def _not_compacted(self, trigger: Trigger, reason: str, warnings: list[str]) -> None:
+        """A compaction that cannot help says why: a notice, not an error (DESIGN §5.6).
+
+        A manual one raises ``NothingToCompactError`` so that its command
+        reports the reason; nothing is written, the context is unchanged.
+        """
+        if trigger == "manual":
+            raise NothingToCompactError(reason)
+        warnings.append(reason)
+
+    def _with_restoration(self, summary: Summary, fixed: FixedContext, source: int) -> Summary:
+        """Insert what must be re-injected right after the compact block, within budget.
+
+        Files and skills fit under the handoff line and never take the result
+        past ``RESULT_SHARE`` of the ``source`` it replaces: a restoration that
+        grew the context would turn a compaction that helps into one refused
+        as not smaller (a short conversation that read big files).
+        """
+        if self._restoration is None or not summary.replacement:
+            return summary
+        restored = build_restoration(
+            self._restoration, session_id=self._host.session_id, workspace=Path(self._workspace)
+        )
+        block, *rest = summary.replacement
+        budget = self._host.input_budget
+        replacement = sum(self._host.sized(m) for m in summary.replacement)
+        room = int(RESULT_SHARE * source) - replacement
+        if budget is not None:
+            line = handoff_line(budget, self._host.config.handoff_ratio)
+            room = min(room, line - self._host.fixed_tokens(fixed) - replacement)
+        kept: list[Message] = []
+        for i, message in enumerate(restored):
+            cost = self._host.sized(message)
+            # The working directory and the plan-mode reminder always go; files
+            # and skills only while they fit.
+            mandatory = i == 0 or message.meta.kind == KIND_PLAN_REMINDER
+            if mandatory or cost <= room:
+                kept.append(message)
+                room -= cost
+        return replace(summary, replacement=(block, *kept, *rest))
+
+    def _request(
+        self,
+        view: Sequence[Message],
+        fixed: FixedContext,
+        trigger: Trigger,
+        instructions: str | None,
+        projection: TokenSnapshot | None = None,
+    ) -> SummaryRequest:
+        window = self._host.model.context_window or UNKNOWN_WINDOW
+        projected = projection.tokens if projection is not None else None
+        request_budget = self._host.input_budget
+        return SummaryRequest(
+            # The handoff reminder is a control message for the live model only:
+            # the replacement never carries it, the fork sends it as it was sent.
+            messages=tuple(m for m in view if m.meta.kind != KIND_HANDOFF),
+            sent=tuple(view),
+            fixed=fixed,
+            window=window,
+            # The conversation's share of the budget: the fixed context goes out
+            # with every request, so the replacement must leave room for it.
+            input_budget=self._host.conversation_share(fixed),
+            trigger=trigger,
+            tool_effects=self._effects,
+            instructions=instructions,
+            count=self._host.sized,
+            keep_rounds=self._host.config.keep_rounds,
+            on_text=self._listener.compaction_content_updated,
+            request_budget=request_budget,
+            fixed_tokens=self._host.fixed_tokens(fixed),
+            # The checkpoint is measured by the formula: at a higher density the
+            # same share of the budget holds fewer estimated tokens.
+            checkpoint_tokens=int(
+                self._host.config.checkpoint_share * (request_budget or window) / self._host.density
+            ),
+            artifacts_dir=self._artifacts_dir,
+            projected=projected,
+            projected_estimated=projection.estimated if projection is not None else 0,
+        )
+
+    def _commit(
+        self,
+        summary: Summary,
+        trigger: Trigger,
+        projection: TokenSnapshot | None,
+        fixed: FixedContext,
+    ) -> CompactionRecord:
+        fixed_tokens = self._host.fixed_tokens(fixed)
+        post = fixed_tokens + sum(self._host.sized(m) for m in summary.replacement)
+        pre = projection.tokens if projection is not None else None
+        if pre is None:
+            pre = fixed_tokens + sum(self._host.sized(m) for m in self._host.messages)
+        record = CompactionRecord(
+            trigger=trigger,
+            strategy=summary.strategy,
+            pre_tokens=pre,
+            post_tokens=post,
+            summary=summary.summary,
+            replacement_messages=summary.replacement,
+            files=summary.files,
+            fork_elisions=summary.elisions,
+        )
+        try:
+            # Append + fsync; the store swaps its API view only after that.
+            self._store.save_compaction(record)
+        except (CheckpointError, TranscriptWriteError) as exc:
+            raise CheckpointFailedError(f"compaction checkpoint not saved: {exc}") from exc
+        self._host.checkpoint_committed()
+        return record
+
+
+def _left_out(elisions: Sequence[str]) -> str:
+    """What a fork left out, for a compaction that wrote no record to name it."""
+    return f" (the fork left out: {'; '.join(elisions)})" if elisions else ""
+
+
+def _join_instructions(*parts: str | None) -> str | None:
+    texts = [p.strip() for p in parts if p and p.strip()]
+    return "\n\n".join(texts) if texts else None
+
+
+class _CancelledError(Exception):
+    """``_unless_set``'s event was set first; the awaited work was cancelled."""
+
+
+async def _unless_set(event: asyncio.Event, work: Coroutine[Any, Any, _R]) -> _R:
+    """``await work``, unless ``event`` is set first: then cancel it, raise ``_CancelledError``."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise _CancelledError
+    return task.result()
