@@ -16,6 +16,7 @@ from typing import Any
 from cairn.agent.loop import run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings
+from cairn.context import CompactionConfig
 from cairn.provider import ModelConfig, open_provider
 from cairn.wire_apis import WireAPI
 from openai_server import OpenAIServer, Reply, ToolCallSpec
@@ -39,7 +40,12 @@ def call(name: str, **args: Any) -> Reply:
     return Reply(tool_calls=[ToolCallSpec(name, json.dumps(args))])
 
 
-def play(tmp_path: Path, server: OpenAIServer, api: WireAPI | None = None) -> Session:
+def play(
+    tmp_path: Path,
+    server: OpenAIServer,
+    api: WireAPI | None = None,
+    compaction: CompactionConfig | None = None,
+) -> Session:
     """Run the session on ``api`` (default ``server.api``) to its answer; the session."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -67,7 +73,7 @@ def play(tmp_path: Path, server: OpenAIServer, api: WireAPI | None = None) -> Se
         workspace,
         config,
         open_provider(config),
-        settings=Settings(),
+        settings=Settings(compaction=compaction or CompactionConfig()),
         home=tmp_path / "home",
         permission_mode="bypass",
     )

@@ -29,6 +29,7 @@ from cairn.agent.loop import run_turn
 from cairn.agent.session import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.cli import build_parser
+from cairn.context import CompactionConfig
 from cairn.context.calibration import calibrated_tokens
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, read_transcript
@@ -512,7 +513,9 @@ def test_agents_md_survives_three_compactions_byte_for_byte_and_an_edit_reaches_
         workspace,
         config,
         OpenAIProvider(config),
-        settings=Settings(),
+        # Blocking compactions: one fork per compaction (a summary prepared in the
+        # background may be dropped, which would leave a fork without its record).
+        settings=Settings(compaction=CompactionConfig(precompute=False)),
         home=home,
         permission_mode="bypass",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cairn.context import CompactionConfig
 from cairn.store import CompactionRecord, ContextEditRecord, HandoffRecord, read_transcript
 from fix_add_session import is_fork, play
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
@@ -22,7 +23,9 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
 def test_every_fork_extends_its_main_request_byte_for_byte(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
-    session = play(tmp_path, openai_server)
+    # Blocking compactions: each fork is sent at the line and makes its compaction
+    # (the forks prepared in the background: tests/context/test_precompute.py).
+    session = play(tmp_path, openai_server, compaction=CompactionConfig(precompute=False))
 
     records = read_transcript(session.path).records
     assert sum(isinstance(r, CompactionRecord) for r in records) >= 2

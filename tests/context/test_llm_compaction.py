@@ -98,6 +98,9 @@ class Events:
     def compaction_notice(self, text: str) -> None:
         self.log.append(("notice", text))
 
+    def summary_prepared(self, state: str | None) -> None:
+        self.log.append(("prepared", state))
+
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.log]
 

@@ -97,6 +97,17 @@ class CompactionContentUpdate(_OnTheWire):
 
 
 @dataclass(frozen=True)
+class SummaryPrepared(_OnTheWire):
+    """The summary prepared in the background (DESIGN §5.5a): ``preparing``,
+    ``ready``, or ``None`` when none is held. A quiet indicator: the user is not
+    waiting, so it is never the "compacting" hint."""
+
+    WIRE: ClassVar[str] = "summaryPrepared"
+
+    state: Literal["preparing", "ready"] | None
+
+
+@dataclass(frozen=True)
 class CompactBlockAdded(_OnTheWire):
     WIRE: ClassVar[str] = "compactBlockAdded"
 
@@ -159,6 +170,7 @@ Event: TypeAlias = (
     | ToolFinished
     | CompactionStateChange
     | CompactionContentUpdate
+    | SummaryPrepared
     | CompactBlockAdded
     | UsageUpdate
     | StatusChange
@@ -173,6 +185,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ToolFinished,
     CompactionStateChange,
     CompactionContentUpdate,
+    SummaryPrepared,
     CompactBlockAdded,
     UsageUpdate,
     StatusChange,
@@ -258,6 +271,9 @@ class EventBus:
 
     def compact_block_added(self, block: Message) -> None:
         self.publish(CompactBlockAdded(block))
+
+    def summary_prepared(self, state: Literal["preparing", "ready"] | None) -> None:
+        self.publish(SummaryPrepared(state))
 
     def compaction_notice(self, text: str) -> None:
         self.publish(Notice(text))

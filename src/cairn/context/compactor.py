@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 from cairn.context.breaker import CompactionBreaker, breaker_key
 from cairn.context.budget import cautious, handoff_line
@@ -27,7 +27,7 @@ from cairn.context.hooks import (
     CompactionHooks,
     session_start_reminder,
 )
-from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, nothing_to_compact
+from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, check_gates, nothing_to_compact
 from cairn.context.restoration_source import RestorationSource
 from cairn.context.restore import build_restoration
 from cairn.context.summarizer import (
@@ -41,7 +41,13 @@ from cairn.context.summarizer import (
 )
 from cairn.context.tracker import FixedContext, TokenSnapshot
 from cairn.errors import CairnError
-from cairn.messages import KIND_COMPACT_SUMMARY, KIND_HANDOFF, KIND_PLAN_REMINDER, Message
+from cairn.messages import (
+    KIND_COMPACT_SUMMARY,
+    KIND_HANDOFF,
+    KIND_PLAN_REMINDER,
+    Message,
+    group_rounds,
+)
 from cairn.provider.config import ModelConfig
 from cairn.store.base import StoreError, TranscriptStore, TranscriptWriteError
 from cairn.store.records import (
@@ -99,6 +105,58 @@ class CompactionOutcome:
             record.post_tokens,
             record.summary,
         )
+
+
+PreparedState: TypeAlias = Literal["preparing", "ready"]
+
+
+@dataclass
+class PrecomputeStats:
+    """What the background summaries came to in one session (for the benchmark)."""
+
+    started: int = 0
+    #: Committed at the line without a model call.
+    committed: int = 0
+    #: The line came before the summary: the request waited for it.
+    waited: int = 0
+    #: Dropped unused: stale (a compaction, an edit or a switch came first),
+    #: cancelled, or replaced by a manual or reactive compaction.
+    discarded: int = 0
+    #: It failed (or a hook blocked it): today's path ran at the line.
+    failed: int = 0
+    #: With the rounds since it was prepared it failed the gates: today's path ran.
+    rejected: int = 0
+
+
+@dataclass(eq=False)
+class _Prepared:
+    """One summary prepared in the background, and what it was prepared from."""
+
+    session: str
+    epoch: int
+    #: The API view up to the round boundary ``P``, as the fork sent it.
+    view: tuple[Message, ...]
+    listener: CompactionListener
+    task: asyncio.Task[Summary | None] = field(init=False)
+    notices: list[str] = field(default_factory=list)
+    text: str = ""
+    #: Set once a request waits for it: its tail is shown from then on.
+    waiting: bool = False
+
+    def streamed(self, text: str) -> None:
+        self.text = text
+        if self.waiting:
+            self.listener.compaction_content_updated(text)
+
+    def watched(self) -> None:
+        self.waiting = True
+        if self.text:
+            self.listener.compaction_content_updated(self.text)
+
+
+async def _settled(task: asyncio.Task[Summary | None]) -> None:
+    """Wait for ``task`` to end, whatever its outcome (read it afterwards)."""
+    await asyncio.wait({task})
 
 
 class CompactionHost(Protocol):
@@ -170,6 +228,9 @@ class Compactor:
         self._compacting = False
         #: Set by ``cancel`` while a compaction runs.
         self._cancel: asyncio.Event | None = None
+        #: The summary being prepared in the background, or ready (DESIGN §5.5a).
+        self._prepared: _Prepared | None = None
+        self.precompute_stats = PrecomputeStats()
 
     @property
     def compacting(self) -> bool:
@@ -177,9 +238,179 @@ class Compactor:
 
     def cancel(self) -> None:
         """Stop the running compaction while it waits for its summary (see
-        ``ContextPipeline.cancel_compaction``)."""
+        ``ContextPipeline.cancel_compaction``), and the one prepared in the background."""
         if self._cancel is not None:
             self._cancel.set()
+        self.discard_prepared()
+
+    # -- the summary prepared in the background (DESIGN §5.5a) ------------
+
+    @property
+    def prepared(self) -> PreparedState | None:
+        """``preparing`` or ``ready`` while a background summary is held; else ``None``."""
+        if self._prepared is None:
+            return None
+        task = self._prepared.task
+        if not task.done():
+            return "preparing"
+        ready = not task.cancelled() and task.exception() is None and task.result() is not None
+        return "ready" if ready else None
+
+    def prepare(
+        self,
+        view: Sequence[Message],
+        fixed: FixedContext,
+        projection: TokenSnapshot | None,
+        epoch: int,
+    ) -> bool:
+        """Start the compaction fork on ``view`` in the background; whether it started.
+
+        The same request the line would send (the main request's prefix, the
+        same instruction, the PreCompact hooks with ``trigger: "auto"``), held
+        in memory only: nothing is written until ``run`` commits it at the line.
+        """
+        if self._prepared is not None or self._compacting:
+            return False
+        prepared = _Prepared(self._host.shown_session(), epoch, tuple(view), self._listener)
+        prepared.task = asyncio.get_running_loop().create_task(
+            self._prepare(prepared, fixed, projection)
+        )
+        prepared.task.add_done_callback(lambda _: self._announce())
+        self._prepared = prepared
+        self.precompute_stats.started += 1
+        self._announce()
+        return True
+
+    def discard_prepared(self) -> None:
+        """Drop the background summary (cancelling it if it still runs); nothing was written."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return
+        if not prepared.task.done():
+            prepared.task.cancel()
+        self.precompute_stats.discarded += 1
+        self._announce()
+
+    def _announce(self) -> None:
+        self._listener.summary_prepared(self.prepared)
+
+    async def _prepare(
+        self, prepared: _Prepared, fixed: FixedContext, projection: TokenSnapshot | None
+    ) -> Summary | None:
+        pre_hook = await self._hooks.pre_compact("auto", None)
+        prepared.notices.extend(pre_hook.notices)
+        if pre_hook.blocked is not None:
+            prepared.notices.append(f"compaction blocked by a PreCompact hook: {pre_hook.blocked}")
+            return None
+        merged = _join_instructions(None, pre_hook.output)
+        request = self._request(
+            prepared.view, fixed, "auto", merged, projection, on_text=prepared.streamed
+        )
+        try:
+            summary = await self._summarizer.summarize(request)
+        except SummarizerError as exc:
+            # Not counted by the breaker: the line's own attempt is (today's path).
+            prepared.notices.append(f"the summary prepared in the background failed: {exc}")
+            return None
+        source = sum(self._host.sized(m) for m in prepared.view)
+        return self._with_restoration(summary, fixed, source)
+
+    async def _commit_prepared(
+        self,
+        view: Sequence[Message],
+        fixed: FixedContext,
+        projection: TokenSnapshot | None,
+        warnings: list[str],
+        epoch: int,
+    ) -> CompactionOutcome | None:
+        """The prepared summary + the rounds after its snapshot, committed without a
+        model call; ``None``: it is gone, stale, failed or too big (today's path runs)."""
+        prepared, self._prepared = self._prepared, None
+        assert prepared is not None
+        stats = self.precompute_stats
+        size = len(prepared.view)
+        valid = (
+            prepared.task.get_loop() is asyncio.get_running_loop()
+            and prepared.session == self._host.shown_session()
+            and prepared.epoch == epoch
+            # The same messages up to ``P``: an edit since (a snip, a micro compact)
+            # only stubs what the summary already read whole.
+            and [m.id for m in view[:size]] == [m.id for m in prepared.view]
+        )
+        if not valid:
+            prepared.task.cancel()
+            stats.discarded += 1
+            self._announce()
+            return None
+        session = prepared.session
+        self._compacting = True
+        self._cancel = asyncio.Event()
+        hinted = False
+        try:
+            if not prepared.task.done():
+                # Only now does the user wait: the usual hint, and the tail so far.
+                self._listener.compaction_state_changed(True)
+                hinted = True
+                prepared.watched()
+                stats.waited += 1
+                try:
+                    await _unless_set(self._cancel, _settled(prepared.task))
+                except _CancelledError:
+                    prepared.task.cancel()
+                    raise CompactionCancelledError(
+                        "compaction cancelled; the context is unchanged"
+                    ) from None
+            summary = None if prepared.task.cancelled() else prepared.task.result()
+            warnings.extend(prepared.notices)
+            if summary is None or self._host.shown_session() != session:
+                stats.failed += 1
+                return None
+            after = tuple(m for m in view[size:] if m.meta.kind != KIND_HANDOFF)
+            summary = replace(summary, replacement=(*summary.replacement, *after))
+            source = sum(self._host.sized(m) for m in view)
+            post = sum(self._host.sized(m) for m in summary.replacement)
+            share = self._host.conversation_share(fixed)
+            window = self._host.model.context_window or UNKNOWN_WINDOW
+            failed = check_gates(post, source, window, share)
+            if post >= source or failed is not None:
+                stats.rejected += 1
+                warnings.append(
+                    "the summary prepared in the background no longer makes the context small "
+                    f"enough with the {len(group_rounds(after))} round(s) since "
+                    f"({failed or f'{post:,} of {source:,} tokens'}); compacting now"
+                )
+                return None
+            if not hinted:
+                # The commit is the only wait (no model call): bracketed like any
+                # compaction, so the block still comes between the two state events.
+                self._listener.compaction_state_changed(True)
+                hinted = True
+            record = self._commit(
+                summary, "auto", projection, fixed, rounds_after=len(group_rounds(after))
+            )
+            stats.committed += 1
+            return await self._finish(record, session, warnings)
+        finally:
+            self._compacting = False
+            self._cancel = None
+            if hinted:
+                self._listener.compaction_state_changed(False)
+            self._announce()
+
+    async def _finish(
+        self, record: CompactionRecord, session: str, warnings: list[str]
+    ) -> CompactionOutcome:
+        """After the checkpoint: the SessionStart and PostCompact hooks, then the block."""
+        started = await self._hooks.session_start("compact")
+        reminder = session_start_reminder(started.output, "compact")
+        if reminder is not None and self._host.shown_session() == session:
+            # After the checkpoint: part of the API view, never rendered.
+            self._host.add(reminder)
+        ended = await self._hooks.post_compact(record.trigger, record.summary)
+        for event in (started, ended):
+            warnings.extend(event.notices)
+        self._listener.compact_block_added(compact_block(record))
+        return CompactionOutcome.of(record)
 
     async def run(
         self,
@@ -189,12 +420,16 @@ class Compactor:
         instructions: str | None,
         warnings: list[str],
         projection: TokenSnapshot | None = None,
+        *,
+        epoch: int = 0,
     ) -> CompactionOutcome | None:
         """PreCompact → summary → (session still the same?) → save → swap → hooks → block.
 
         ``projection`` is the projected size of a request carrying ``view``: the
         record's ``pre_tokens``, and the fork is sent unchanged when it, plus its
         instruction, fits. Without it, both come from the estimate of ``view``.
+        An automatic compaction first takes the summary prepared in the
+        background (``prepare``), if it is still valid for ``view`` at ``epoch``.
         """
         if self._host.model.context_window is None and trigger != "manual":
             return None
@@ -217,6 +452,14 @@ class Compactor:
                 warnings,
             )
             return None
+        if self._prepared is not None:
+            if trigger == "auto":
+                ready = await self._commit_prepared(view, fixed, projection, warnings, epoch)
+                if ready is not None:
+                    return ready
+            else:
+                # /compact (with its instructions) and a refused request compact now.
+                self.discard_prepared()
         session = self._host.shown_session()
         self._compacting = True
         self._cancel = asyncio.Event()
@@ -264,16 +507,7 @@ class Compactor:
                 )
                 return None
             record = self._commit(summary, trigger, projection, fixed)
-            started = await self._hooks.session_start("compact")
-            reminder = session_start_reminder(started.output, "compact")
-            if reminder is not None and self._host.shown_session() == session:
-                # After the checkpoint: part of the API view, never rendered.
-                self._host.add(reminder)
-            ended = await self._hooks.post_compact(trigger, summary.summary)
-            for event in (started, ended):
-                warnings.extend(event.notices)
-            self._listener.compact_block_added(compact_block(record))
-            return CompactionOutcome.of(record)
+            return await self._finish(record, session, warnings)
         finally:
             self._compacting = False
             self._cancel = None
@@ -389,6 +623,8 @@ class Compactor:
         trigger: Trigger,
         instructions: str | None,
         projection: TokenSnapshot | None = None,
+        *,
+        on_text: Callable[[str], None] | None = None,
     ) -> SummaryRequest:
         window = self._host.model.context_window or UNKNOWN_WINDOW
         projected = projection.tokens if projection is not None else None
@@ -408,7 +644,7 @@ class Compactor:
             instructions=instructions,
             count=self._host.sized,
             keep_rounds=self._host.config.keep_rounds,
-            on_text=self._listener.compaction_content_updated,
+            on_text=on_text or self._listener.compaction_content_updated,
             request_budget=request_budget,
             fixed_tokens=self._host.fixed_tokens(fixed),
             # The checkpoint is measured by the formula: at a higher density the
@@ -427,6 +663,8 @@ class Compactor:
         trigger: Trigger,
         projection: TokenSnapshot | None,
         fixed: FixedContext,
+        *,
+        rounds_after: int | None = None,
     ) -> CompactionRecord:
         fixed_tokens = self._host.fixed_tokens(fixed)
         post = fixed_tokens + sum(self._host.sized(m) for m in summary.replacement)
@@ -442,6 +680,8 @@ class Compactor:
             replacement_messages=summary.replacement,
             files=summary.files,
             fork_elisions=summary.elisions,
+            precomputed=rounds_after is not None,
+            rounds_after=rounds_after or 0,
         )
         try:
             # Append + fsync; the store swaps its API view only after that.

@@ -34,6 +34,13 @@ class CompactionConfig(BaseModel):
     checkpoint_share: float = Field(default=0.15, gt=0.0, le=0.5)
     #: ``estimate`` or an exact tokenizer name (see ``cairn.tokens.TOKENIZER_NAMES``).
     tokenizer: str = "estimate"
+    #: Prepare the summary in the background once the model has answered the
+    #: handoff, so that the compaction line commits it without a wait (DESIGN §5.5a).
+    precompute: bool = True
+    #: Where in the band the background summary starts, as a share of the input
+    #: budget (from ``handoff_ratio`` up to ``compact_ratio``); ``None``: as soon
+    #: as the handoff is answered.
+    precompute_ratio: float | None = Field(default=None, gt=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _ratios_in_order(self) -> CompactionConfig:
@@ -41,5 +48,11 @@ class CompactionConfig(BaseModel):
             raise ValueError(
                 f"handoff_ratio ({self.handoff_ratio}) must not exceed "
                 f"compact_ratio ({self.compact_ratio})"
+            )
+        start = self.precompute_ratio
+        if start is not None and not self.handoff_ratio <= start < self.compact_ratio:
+            raise ValueError(
+                f"precompute_ratio ({start}) must lie in the band, from handoff_ratio "
+                f"({self.handoff_ratio}) up to compact_ratio ({self.compact_ratio})"
             )
         return self

@@ -7,7 +7,7 @@ published as it accumulates; the block is announced once it is durable.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from cairn.messages import Message
 
@@ -23,6 +23,10 @@ class CompactionListener(Protocol):
         """Something the user must see about a manual compaction (a hook's stderr …)."""
         ...
 
+    def summary_prepared(self, state: Literal["preparing", "ready"] | None) -> None:
+        """The summary prepared in the background: a quiet indicator, not "compacting"."""
+        ...
+
 
 class NoListener:
     def compaction_state_changed(self, is_compacting: bool) -> None:
@@ -35,4 +39,7 @@ class NoListener:
         return None
 
     def compaction_notice(self, text: str) -> None:
+        return None
+
+    def summary_prepared(self, state: Literal["preparing", "ready"] | None) -> None:
         return None

@@ -10,7 +10,7 @@ picking one — a damaged file must not make the model see two reminders.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -79,3 +79,14 @@ class HandoffLedger:
         if epoch in self._suppressed:
             return "suppressed"
         return "done" if epoch in self._done else "open"
+
+
+def handoff_answered(messages: Sequence[Message]) -> bool:
+    """Whether the model has answered the last handoff reminder in ``messages``:
+    an assistant message comes after it, so its execution frontier is written down."""
+    answered = False
+    for message in reversed(messages):
+        if message.meta.kind == KIND_HANDOFF:
+            return answered
+        answered = answered or message.role == "assistant"
+    return False

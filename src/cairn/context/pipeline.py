@@ -49,7 +49,7 @@ from cairn.context.compactor import NothingToCompactError as NothingToCompactErr
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
 from cairn.context.events import CompactionListener, NoListener
-from cairn.context.handoff import HandoffLedger, build_handoff_message
+from cairn.context.handoff import HandoffLedger, build_handoff_message, handoff_answered
 from cairn.context.hooks import (
     CompactionHooks,
     NoHooks,
@@ -205,6 +205,8 @@ class ContextPipeline:
         self._probe: tuple[int, int] | None = None
         self._calibration: FixedCalibration | None = None
         self._boundary = Boundary()
+        #: The epoch a background summary was last started in: one per epoch.
+        self._prepared_epoch: int | None = None
         self._listener = listener or NoListener()
         #: Which session the host shows now; a compaction whose session changed
         #: while it ran abandons its whole write phase.
@@ -391,6 +393,7 @@ class ContextPipeline:
         self._store.sync()
 
     def close(self) -> None:
+        self._compactor.discard_prepared()
         self._store.close()
 
     def project(self, fixed: FixedContext) -> TokenSnapshot:
@@ -499,7 +502,9 @@ class ContextPipeline:
                     warnings.append(f"{held}; compacting anyway: the request would not fit")
                 # The unedited context: the fork must extend the request the
                 # provider cached, and summarize the contents, not this check's stubs.
-                outcome = await self._compactor.run("auto", messages, fixed, None, warnings, before)
+                outcome = await self._compactor.run(
+                    "auto", messages, fixed, None, warnings, before, epoch=self.epoch
+                )
                 if outcome is not None:
                     after = self.project(fixed)
                     if self._due(after, 0):
@@ -532,6 +537,9 @@ class ContextPipeline:
             after = self._tracker.snapshot(
                 snapshot.tokens + cost, before.source, snapshot.estimated + cost
             )
+        elif not edits:
+            # The request goes out as ``messages``: the fork extends it byte for byte.
+            self._maybe_prepare(messages, fixed, before)
         self._will_send(after, fixed_tokens, edited=bool(edits))
         return CheckResult(
             before, after, len(edits), None, handoff is not None, warnings=tuple(warnings)
@@ -771,6 +779,30 @@ class ContextPipeline:
         self._handoffs.observe(record)
         self._control = (self.epoch, self._count(record.message))
         return record.message
+
+    def _maybe_prepare(
+        self, messages: Sequence[Message], fixed: FixedContext, snapshot: TokenSnapshot
+    ) -> None:
+        """Start the summary in the background once the model has answered this
+        epoch's handoff (its frontier is then in the history), in the band."""
+        budget = snapshot.input_budget
+        if (
+            not self.config.precompute
+            or snapshot.tokens is None
+            or budget is None
+            or self._compactor.prepared is not None
+            or self._prepared_epoch == self.epoch
+            or self._handoffs.status(self.epoch) != "done"
+            or not self._compactor.would_call_model()
+        ):
+            return
+        start = self.config.precompute_ratio or self.config.handoff_ratio
+        if snapshot.tokens - self._control_tokens() < start * budget:
+            return
+        if handoff_answered(messages) and self._compactor.prepare(
+            messages, fixed, snapshot, self.epoch
+        ):
+            self._prepared_epoch = self.epoch
 
     def _control_tokens(self) -> int:
         """Tokens of this epoch's handoff reminder in the context (a compaction drops it)."""

@@ -166,6 +166,11 @@ class CompactionRecord:
     #: the budget (one line each); empty: the fork began with that request,
     #: byte for byte.
     fork_elisions: Annotated[tuple[str, ...], OMIT_EMPTY] = ()
+    #: The summary was prepared in the background before the line and committed
+    #: without a model call (DESIGN §5.5a).
+    precomputed: Annotated[bool, OMIT_EMPTY] = False
+    #: The rounds after the precomputed summary's snapshot, kept verbatim.
+    rounds_after: Annotated[StrictInt, OMIT_EMPTY] = 0
 
 
 @dataclass(frozen=True, slots=True)
