@@ -275,7 +275,7 @@ class Compactor:
         prepared.task = asyncio.get_running_loop().create_task(
             self._prepare(prepared, fixed, projection)
         )
-        prepared.task.add_done_callback(lambda _: self._announce())
+        prepared.task.add_done_callback(lambda _: self._settled(prepared))
         self._prepared = prepared
         self.precompute_stats.started += 1
         self._announce()
@@ -293,6 +293,11 @@ class Compactor:
 
     def _announce(self) -> None:
         self._listener.summary_prepared(self.prepared)
+
+    def _settled(self, prepared: _Prepared) -> None:
+        # Announced only while still held: the line may have taken it meanwhile.
+        if self._prepared is prepared:
+            self._announce()
 
     async def _prepare(
         self, prepared: _Prepared, fixed: FixedContext, projection: TokenSnapshot | None
@@ -570,8 +575,9 @@ class Compactor:
         return cautious(size, size) <= self._host.conversation_share(fixed)
 
     def would_call_model(self) -> bool:
-        """Whether an automatic compaction now would ask the LLM (not the model-free fallback)."""
-        if isinstance(self._summarizer, FallbackSummarizer):
+        """Whether an automatic compaction now would ask the LLM (not the model-free
+        fallback, nor the summary prepared in the background, paid for already)."""
+        if isinstance(self._summarizer, FallbackSummarizer) or self._prepared is not None:
             return False
         return not self._breaker.is_open(breaker_key(self._workspace, self._host.session_id))
 

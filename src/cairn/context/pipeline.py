@@ -38,7 +38,12 @@ from cairn.context.calibration import (
     measure,
     sharper,
 )
-from cairn.context.compactor import UNKNOWN_WINDOW, Compactor
+from cairn.context.compactor import (
+    UNKNOWN_WINDOW,
+    Compactor,
+    PrecomputeStats,
+    PreparedState,
+)
 
 # The compaction's errors and outcome are the façade's too: callers import them from here.
 from cairn.context.compactor import CheckpointFailedError as CheckpointFailedError
@@ -327,6 +332,16 @@ class ContextPipeline:
     @property
     def compacting(self) -> bool:
         return self._compactor.compacting
+
+    @property
+    def prepared(self) -> PreparedState | None:
+        """The summary prepared in the background: ``preparing``, ``ready`` or ``None``."""
+        return self._compactor.prepared
+
+    @property
+    def precompute_stats(self) -> PrecomputeStats:
+        """What this session's background summaries came to (committed, discarded …)."""
+        return self._compactor.precompute_stats
 
     def cancel_compaction(self) -> None:
         """Stop the running compaction while it waits for its summary; nothing is written.

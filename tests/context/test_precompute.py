@@ -1,0 +1,364 @@
+"""The summary prepared before the line (issue 28, DESIGN §5.5a), through the real server.
+
+A session grows round by round as the agent loop grows it — a check, the
+model's answer carrying the provider's count, the tool's result — into the
+band, where the handoff is added; once the model has answered it, the next
+check starts the compaction fork in the background. At the line the summary
+is committed with the rounds since kept verbatim, without a model call; if
+it is not ready, the check waits for it (the usual hint and tail); if it
+failed or went stale, today's path runs. Nothing is written before the line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from cairn.context import CompactionConfig, ContextPipeline, FixedContext
+from cairn.context.llm_summarizer import LLMSummarizer
+from cairn.context.pipeline import CheckResult
+from cairn.messages import (
+    KIND_HANDOFF,
+    Message,
+    ToolCall,
+    Usage,
+    assistant,
+    system,
+    tool_result,
+    user,
+)
+from cairn.provider import ModelConfig
+from cairn.provider.factory import open_provider
+from cairn.store import CompactionRecord, MessageRecord, read_transcript
+from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+    OpenAIServer,
+    Reply,
+    openai_server_fixture,
+)
+
+SUMMARY = (
+    "<summary>\n## Objective and constraints\nSurvey the modules; change nothing.\n"
+    "## Exact next action\nRead m9.py.\n</summary>"
+)
+TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]
+FIXED = FixedContext((system("You are a careful coding agent."),), TOOLS)
+WINDOW = 32_768
+
+
+def is_fork(body: dict[str, Any]) -> bool:
+    return "TEXT ONLY" in str(body["messages"][-1].get("content"))
+
+
+class Events:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, object]] = []
+
+    def compaction_state_changed(self, is_compacting: bool) -> None:
+        self.log.append(("state", is_compacting))
+
+    def compaction_content_updated(self, content: str) -> None:
+        self.log.append(("content", content))
+
+    def compact_block_added(self, block: Message) -> None:
+        self.log.append(("block", block.id))
+
+    def compaction_notice(self, text: str) -> None:
+        self.log.append(("notice", text))
+
+    def summary_prepared(self, state: str | None) -> None:
+        self.log.append(("prepared", state))
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.log]
+
+
+def make(
+    tmp_path: Path,
+    server: OpenAIServer,
+    *,
+    events: Events | None = None,
+    session_id: str = "s1",
+    **config: Any,
+) -> ContextPipeline:
+    model = ModelConfig(model="m", base_url=server.base_url, context_window=WINDOW)
+    return ContextPipeline.open(
+        tmp_path / "ws",
+        CompactionConfig.model_validate(config),
+        model=model,
+        session_id=session_id,
+        home=tmp_path / "home",
+        tool_effects={"read_file": "read_only"},
+        summarizer=LLMSummarizer(open_provider(model), model),
+        listener=events,
+    )
+
+
+def module(i: int) -> str:
+    return "".join(f"def f{i}_{n}(row):  # module {i}\n    return row[{n}]\n" for n in range(70))
+
+
+async def step(p: ContextPipeline, i: int) -> CheckResult:
+    """One round of the agent loop: the check, the answer (the provider counted the
+    request as projected), the tool's result."""
+    result = await p.check_and_compact(FIXED)
+    prompt = result.after.tokens or 0
+    call = ToolCall(f"call_{i}", "read_file", f'{{"path": "m{i}.py"}}')
+    p.add(assistant(f"Reading module {i}.", [call], usage=Usage(prompt, 20, prompt + 20)))
+    p.add(tool_result(call.id, module(i)))
+    return result
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(1_000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never {what}")
+
+
+async def grow(
+    p: ContextPipeline,
+    *,
+    on_prepare: Callable[[int], Awaitable[None]] | None = None,
+    limit: int = 60,
+) -> tuple[CheckResult, int | None]:
+    """Rounds until a check compacts; the result and the round the fork started at."""
+    p.add(user("Survey the modules m0.py … and summarise each; change nothing."))
+    started: int | None = None
+    for i in range(limit):
+        result = await step(p, i)
+        if started is None and p.prepared is not None:
+            started = len(p.messages) - 2  # the view the fork took: before this round
+            if on_prepare is not None:
+                await on_prepare(i)
+        if result.compaction is not None:
+            return result, started
+    raise AssertionError("the session never compacted")
+
+
+def compactions(p: ContextPipeline) -> list[CompactionRecord]:
+    return [
+        r for r in read_transcript(p.transcript_path).records if isinstance(r, CompactionRecord)
+    ]
+
+
+def shape(messages: list[Message] | tuple[Message, ...]) -> list[tuple[object, ...]]:
+    """What the model sees of a message (ids and times aside)."""
+    return [(m.role, m.text, m.tool_calls, m.meta.kind) for m in messages]
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_a_summary_prepared_in_the_band_is_committed_at_the_line_without_a_model_call(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    events = Events()
+    p = make(tmp_path, openai_server, events=events)
+    openai_server.respond_with(lambda body: Reply(text=SUMMARY) if is_fork(body) else None)
+
+    async def scenario() -> tuple[CheckResult, int | None]:
+        async def ready(_: int) -> None:
+            await until(lambda: p.prepared == "ready", "ready")
+
+        return await grow(p, on_prepare=ready)
+
+    result, started = asyncio.run(scenario())
+    assert started is not None
+    [record] = compactions(p)
+    assert record.precomputed and record.rounds_after >= 1 and record.strategy == "llm"
+    assert result.compaction is not None and result.compaction.record_id == record.id
+    # One fork, the one prepared in the background: the line made no model call.
+    assert sum(is_fork(b) for b in openai_server.bodies) == 1
+    # Quiet while it was prepared; the commit alone is bracketed like any compaction.
+    prepared = [state for kind, state in events.log if kind == "prepared"]
+    assert prepared[0] == "preparing" and prepared[-1] is None
+    assert set(prepared) <= {"preparing", "ready", None}
+    first_state = events.kinds().index("state")
+    assert events.kinds()[first_state : first_state + 3] == ["state", "block", "state"]
+    assert "content" not in events.kinds()  # nobody waited: no tail
+    assert p.precompute_stats.committed == 1 and p.precompute_stats.waited == 0
+    p.close()
+
+
+def test_the_commit_is_a_blocking_compaction_at_p_followed_by_the_same_rounds(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Same fork answer: the same summary, the same kept rounds, the same context after."""
+    openai_server.respond_with(lambda body: Reply(text=SUMMARY) if is_fork(body) else None)
+    a = make(tmp_path, openai_server)
+    snapshot: list[Message] = []
+
+    async def scenario() -> None:
+        async def ready(_: int) -> None:
+            snapshot.extend(a.messages[: len(a.messages) - 2])
+            await until(lambda: a.prepared == "ready", "ready")
+
+        await grow(a, on_prepare=ready)
+
+    asyncio.run(scenario())
+    [record] = compactions(a)
+    assert record.precomputed and record.rounds_after >= 1
+
+    # The same session, compacted at P by today's path, then given the same rounds.
+    b = make(tmp_path / "b", openai_server, precompute=False)
+    for message in snapshot:
+        b.add(message)
+
+    async def blocking() -> None:
+        outcome = await b._compactor.run("auto", b.messages, FIXED, None, [], b.project(FIXED))
+        assert outcome is not None
+
+    asyncio.run(blocking())
+    added = [
+        r.message
+        for r in read_transcript(a.transcript_path).records
+        if isinstance(r, MessageRecord)
+    ]
+    for message in added[len(snapshot) - _handoffs(snapshot) :]:
+        b.add(message)
+    assert shape(b.messages) == shape(a.messages)
+    [blocked] = compactions(b)
+    assert blocked.summary == record.summary
+    assert shape(blocked.replacement_messages) == shape(
+        record.replacement_messages[: len(blocked.replacement_messages)]
+    )
+    a.close()
+    b.close()
+
+
+def _handoffs(messages: list[Message]) -> int:
+    return sum(m.meta.kind == KIND_HANDOFF for m in messages)
+
+
+def test_not_ready_at_the_line_the_check_waits_for_it_with_the_hint_and_tail(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    events = Events()
+    p = make(tmp_path, openai_server, events=events)
+    release = threading.Event()
+    fork = Reply(text=SUMMARY, hold=release, hold_after=6)  # a slow summary
+
+    def model(body: dict[str, Any]) -> Reply | None:
+        return fork if is_fork(body) else None
+
+    openai_server.respond_with(model)
+
+    async def scenario() -> tuple[CheckResult, int | None]:
+        async def slow(_: int) -> None:
+            # Released only once the line waits for it (the hint is up).
+            async def later() -> None:
+                await until(lambda: ("state", True) in events.log, "waited")
+                release.set()
+
+            asyncio.get_running_loop().create_task(later())
+
+        return await grow(p, on_prepare=slow)
+
+    _, started = asyncio.run(scenario())
+    [record] = compactions(p)
+    assert record.precomputed and started is not None
+    assert sum(is_fork(b) for b in openai_server.bodies) == 1  # waited, no second fork
+    kinds = events.kinds()
+    hint = kinds.index("state")
+    # The hint, then the tail streamed so far, then the block, then the hint goes.
+    assert kinds[hint + 1] == "content" and "block" in kinds[hint:]
+    assert events.log[-1] == ("prepared", None) or ("state", False) in events.log[hint:]
+    assert p.precompute_stats.waited == 1
+    p.close()
+
+
+def test_a_failed_summary_in_the_background_leaves_today_s_path_at_the_line(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    p = make(tmp_path, openai_server)
+    forks = iter([Reply.http_error(500), Reply.http_error(500), Reply.http_error(500)])
+
+    def model(body: dict[str, Any]) -> Reply | None:
+        return next(forks, Reply(text=SUMMARY)) if is_fork(body) else None
+
+    openai_server.respond_with(model)
+
+    async def scenario() -> tuple[CheckResult, int | None]:
+        async def settled(_: int) -> None:
+            await until(lambda: p.prepared is None, "settled")
+
+        return await grow(p, on_prepare=settled)
+
+    _, started = asyncio.run(scenario())
+    [record] = compactions(p)
+    # The line asked again (today's path) and got its summary.
+    assert not record.precomputed and record.strategy == "llm"
+    assert started is not None and p.precompute_stats.failed + p.precompute_stats.discarded >= 1
+    p.close()
+
+
+def test_nothing_is_written_before_the_line_and_a_manual_compact_cancels_it(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    p = make(tmp_path, openai_server)
+    held = Reply(text=SUMMARY, stall_after=2)  # streams, then goes silent until cancelled
+    replies = iter([held])
+
+    def model(body: dict[str, Any]) -> Reply | None:
+        return next(replies, Reply(text=SUMMARY)) if is_fork(body) else None
+
+    openai_server.respond_with(model)
+    seen: dict[str, object] = {}
+
+    async def scenario() -> None:
+        p.add(user("Survey the modules m0.py … and summarise each; change nothing."))
+        for i in range(60):
+            await step(p, i)
+            if p.prepared is not None:
+                break
+        await until(lambda: held.started.is_set(), "sent")
+        before = p.transcript_path.read_bytes()
+        await asyncio.sleep(0.2)  # the fork streams in the background
+        seen["unchanged"] = p.transcript_path.read_bytes() == before
+        outcome = await p.compact(FIXED, instructions="keep the module list")
+        seen["outcome"] = outcome
+        seen["left"] = await asyncio.to_thread(held.client_left.wait, 10)
+
+    asyncio.run(scenario())
+    assert seen["unchanged"] is True  # nothing written while it was prepared
+    assert seen["left"] is True  # the background fork was cancelled
+    [record] = compactions(p)
+    assert record.trigger == "manual" and not record.precomputed
+    assert p.prepared is None and p.precompute_stats.discarded == 1
+    p.close()
+
+
+def test_cancel_and_close_drop_it_without_a_write(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    held = Reply(text=SUMMARY, stall_after=2)
+    openai_server.respond_with(lambda body: held if is_fork(body) else None)
+    p = make(tmp_path, openai_server)
+    states: list[object] = []
+
+    async def scenario() -> None:
+        p.add(user("Survey the modules m0.py … and summarise each; change nothing."))
+        for i in range(60):
+            await step(p, i)
+            if p.prepared is not None:
+                break
+        await until(lambda: held.started.is_set(), "sent")
+        before = p.transcript_path.read_bytes()
+        p.cancel_compaction()  # Esc: the background summary goes too
+        states.append(p.prepared)
+        states.append(await asyncio.to_thread(held.client_left.wait, 10))
+        await asyncio.sleep(0.05)
+        states.append(p.transcript_path.read_bytes() == before)
+
+    asyncio.run(scenario())
+    assert states == [None, True, True]
+    assert compactions(p) == []
+    p.close()
+    # Reopened, the session resumes as it was: no compaction, no summary held.
+    again = make(tmp_path, openai_server)
+    assert again.prepared is None and compactions(again) == []
+    again.close()
