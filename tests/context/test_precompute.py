@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.pipeline import CheckResult
 from cairn.messages import (
     KIND_HANDOFF,
+    JSONObject,
     Message,
     ToolCall,
     Usage,
@@ -43,8 +44,8 @@ SUMMARY = (
     "<summary>\n## Objective and constraints\nSurvey the modules; change nothing.\n"
     "## Exact next action\nRead m9.py.\n</summary>"
 )
-TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]
-FIXED = FixedContext((system("You are a careful coding agent."),), TOOLS)
+TOOL: JSONObject = {"type": "function", "function": {"name": "read_file", "parameters": {}}}
+FIXED = FixedContext((system("You are a careful coding agent."),), (TOOL,))
 WINDOW = 32_768
 
 
@@ -145,7 +146,7 @@ def compactions(p: ContextPipeline) -> list[CompactionRecord]:
     ]
 
 
-def shape(messages: list[Message] | tuple[Message, ...]) -> list[tuple[object, ...]]:
+def shape(messages: Sequence[Message]) -> list[tuple[object, ...]]:
     """What the model sees of a message (ids and times aside)."""
     return [(m.role, m.text, m.tool_calls, m.meta.kind) for m in messages]
 
