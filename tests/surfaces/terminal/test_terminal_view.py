@@ -67,6 +67,10 @@ def test_the_meter() -> None:
         == "context ~1,501 / 4,096 tokens (36%) · 0 compactions"
     )
     assert meter_text(1600, 4096, 0, estimate=1501).startswith("context 1,600 / 4,096")
+    # The summary prepared in the background: a quiet last word, never the hint.
+    assert meter_text(500, None, 2, prepared="preparing").endswith(" · preparing summary")
+    assert meter_text(500, None, 2, prepared="ready").endswith("2 compactions · summary ready")
+    assert meter_text(500, None, 2, prepared=None) == "context 500 tokens · 2 compactions"
 
 
 def test_the_hint_prefers_the_compaction_and_uses_the_shared_tail() -> None:

@@ -44,6 +44,7 @@ from cairn.agent.events import (
     Notice,
     PermissionRequested,
     StatusChange,
+    SummaryPrepared,
     ToolFinished,
     ToolStarted,
     UsageUpdate,
@@ -124,6 +125,8 @@ class CairnApp(App[None]):
         self.hint = ""
         self._compacting = False
         self._compaction_text = ""
+        #: The summary prepared in the background: ``preparing``, ``ready`` or ``None``.
+        self._prepared: str | None = None
         self._streamed = ""
         self._status = agent.status
         self._frame = 0
@@ -216,6 +219,9 @@ class CairnApp(App[None]):
                     self._refresh_meter()
             case CompactionContentUpdate(content=content):
                 self._compaction_text = content
+            case SummaryPrepared(state=state):
+                self._prepared = state
+                self._refresh_meter()
             case CompactBlockAdded(block=block):
                 self.transcript.add(block, self._next_position)
                 self._next_position += 1
@@ -323,6 +329,7 @@ class CairnApp(App[None]):
             usage.input_budget,
             usage.compactions,
             estimate=usage.projected_tokens,
+            prepared=self._prepared,
         )
         self.query_one("#meter", Static).update(text)
 

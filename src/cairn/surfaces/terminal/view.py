@@ -84,14 +84,25 @@ def tool_label(call: ToolCall) -> str:
     return f"{call.name} {one_line(call.arguments, 200)}".rstrip()
 
 
+#: The footer's quiet word for the summary prepared in the background (DESIGN §5.5a).
+PREPARED_TEXT = {"preparing": "preparing summary", "ready": "summary ready"}
+
+
 def meter_text(
-    tokens: int | None, budget: int | None, compactions: int, *, estimate: int | None = None
+    tokens: int | None,
+    budget: int | None,
+    compactions: int,
+    *,
+    estimate: int | None = None,
+    prepared: str | None = None,
 ) -> str:
     """The footer's context meter: latest total tokens over the input budget, and compactions.
 
     ``tokens`` is the provider's ``total_tokens`` of the latest response. A
     server that never reports usage (llama.cpp's, for one) leaves only the
     pipeline's ``estimate``, shown with ``~`` so it is never taken for a count.
+    ``prepared``: the background summary's state, a quiet last word (never the
+    compacting hint: nobody waits for it).
     """
     shown, approx = (tokens, "") if tokens is not None else (estimate, "~")
     used = f"{approx}{shown:,}" if shown is not None else "–"
@@ -101,7 +112,8 @@ def meter_text(
     else:
         context = f"context {used} tokens"
     noun = "compaction" if compactions == 1 else "compactions"
-    return f"{context} · {compactions} {noun}"
+    quiet = f" · {PREPARED_TEXT[prepared]}" if prepared in PREPARED_TEXT else ""
+    return f"{context} · {compactions} {noun}{quiet}"
 
 
 def hint_text(

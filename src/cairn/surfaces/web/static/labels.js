@@ -15,8 +15,8 @@ export function compactLabel(message) {
 }
 
 // "context 12,345 / 24,000 tokens · 1 compaction"; "~" marks the pipeline's estimate,
-// shown only when the provider reported no total.
-export function meterText(usage) {
+// shown only when the provider reported no total; then the background summary's state.
+export function meterText(usage, prepared = null) {
   const { latestTotalTokens: total, projectedTokens: projected } = usage;
   const budget = usage.inputBudget ?? usage.window;
   const compactions = usage.compactions ?? 0;
@@ -24,8 +24,12 @@ export function meterText(usage) {
   if (total != null) used = number(total);
   else if (projected != null) used = `~${number(projected)}`;
   const context = budget ? `context ${used} / ${number(budget)} tokens` : `context ${used} tokens`;
-  return `${context} · ${compactions} ${compactions === 1 ? "compaction" : "compactions"}`;
+  const quiet = PREPARED[prepared] ? ` · ${PREPARED[prepared]}` : "";
+  return `${context} · ${compactions} ${compactions === 1 ? "compaction" : "compactions"}${quiet}`;
 }
+
+// The summary prepared in the background (summaryPrepared): a quiet word, never the hint.
+const PREPARED = { preparing: "preparing summary", ready: "summary ready" };
 
 // The text of a message's content: a string, or its text parts (an image shows as [image]).
 export function messageText(content) {

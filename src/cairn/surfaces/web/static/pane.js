@@ -33,6 +33,7 @@ export class Pane {
     this.readOnly = false;
     this.status = "idle";
     this.usage = EMPTY_USAGE;
+    this.prepared = null;
     this.compacting = false;
     this.compactionText = "";
     this.permissions = [];
@@ -183,6 +184,9 @@ export class Pane {
       case "compactionContentUpdate":
         this.compactionText = event.content ?? "";
         break;
+      case "summaryPrepared":
+        this.prepared = event.state ?? null;
+        break;
       case "usage":
         this.usage = { ...this.usage, ...withoutType(event) };
         break;
@@ -290,7 +294,7 @@ export class Pane {
   redraw() {
     this.drawTail();
     this.drawPermission();
-    this.meter.textContent = meterText(this.usage);
+    this.meter.textContent = meterText(this.usage, this.prepared);
     this.stop.hidden = !this.working;
     this.el.classList.toggle("busy", this.busy);
   }
