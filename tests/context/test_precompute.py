@@ -12,10 +12,15 @@ failed or went stale, today's path runs. Nothing is written before the line.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.llm_summarizer import LLMSummarizer
@@ -37,6 +42,7 @@ from cairn.store import CompactionRecord, MessageRecord, read_transcript
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
+    ToolCallSpec,
     openai_server_fixture,
 )
 
@@ -50,7 +56,11 @@ WINDOW = 32_768
 
 
 def is_fork(body: dict[str, Any]) -> bool:
-    return "TEXT ONLY" in str(body["messages"][-1].get("content"))
+    """A fork request: the instruction is a user message (the last, but for the rounds
+    that answer a tool call the fork made)."""
+    return any(
+        m["role"] == "user" and "TEXT ONLY" in str(m.get("content")) for m in body["messages"]
+    )
 
 
 class Events:
@@ -82,9 +92,10 @@ def make(
     *,
     events: Events | None = None,
     session_id: str = "s1",
+    window: int = WINDOW,
     **config: Any,
 ) -> ContextPipeline:
-    model = ModelConfig(model="m", base_url=server.base_url, context_window=WINDOW)
+    model = ModelConfig(model="m", base_url=server.base_url, context_window=window)
     return ContextPipeline.open(
         tmp_path / "ws",
         CompactionConfig.model_validate(config),
@@ -97,18 +108,18 @@ def make(
     )
 
 
-def module(i: int) -> str:
-    return "".join(f"def f{i}_{n}(row):  # module {i}\n    return row[{n}]\n" for n in range(70))
+def module(i: int, lines: int = 70) -> str:
+    return "".join(f"def f{i}_{n}(row):  # module {i}\n    return row[{n}]\n" for n in range(lines))
 
 
-async def step(p: ContextPipeline, i: int) -> CheckResult:
+async def step(p: ContextPipeline, i: int, lines: int = 70) -> CheckResult:
     """One round of the agent loop: the check, the answer (the provider counted the
     request as projected), the tool's result."""
     result = await p.check_and_compact(FIXED)
     prompt = result.after.tokens or 0
     call = ToolCall(f"call_{i}", "read_file", f'{{"path": "m{i}.py"}}')
     p.add(assistant(f"Reading module {i}.", [call], usage=Usage(prompt, 20, prompt + 20)))
-    p.add(tool_result(call.id, module(i)))
+    p.add(tool_result(call.id, module(i, lines)))
     return result
 
 
@@ -125,12 +136,14 @@ async def grow(
     *,
     on_prepare: Callable[[int], Awaitable[None]] | None = None,
     limit: int = 60,
+    lines: int = 70,
 ) -> tuple[CheckResult, int | None]:
     """Rounds until a check compacts; the result and the round the fork started at."""
     p.add(user("Survey the modules m0.py … and summarise each; change nothing."))
     started: int | None = None
     for i in range(limit):
-        result = await step(p, i)
+        result = await step(p, i, lines)
+        await asyncio.sleep(0)  # the loop's turn: what the main request's stream gives it
         if started is None and p.prepared is not None:
             started = len(p.messages) - 2  # the view the fork took: before this round
             if on_prepare is not None:
@@ -203,9 +216,24 @@ def test_the_commit_is_a_blocking_compaction_at_p_followed_by_the_same_rounds(
     asyncio.run(scenario())
     [record] = compactions(a)
     assert record.precomputed and record.rounds_after >= 1
+    assert_blocking_equivalent(a, snapshot, tmp_path / "b", openai_server, trimmed=False)
+    a.close()
 
-    # The same session, compacted at P by today's path, then given the same rounds.
-    b = make(tmp_path / "b", openai_server, precompute=False)
+
+def assert_blocking_equivalent(
+    a: ContextPipeline,
+    snapshot: list[Message],
+    folder: Path,
+    server: OpenAIServer,
+    *,
+    trimmed: bool = True,
+) -> None:
+    """``a``'s precomputed commit against today's compaction at ``P`` (the snapshot) on
+    a twin session, followed by the same rounds: the same summary and block, the same
+    rounds after ``P``; the tail kept at ``P`` may only have lost its oldest rounds
+    (``trimmed``) to let the rounds since fit."""
+    [record] = compactions(a)
+    b = make(folder, server, precompute=False)
     for message in snapshot:
         b.add(message)
 
@@ -221,13 +249,13 @@ def test_the_commit_is_a_blocking_compaction_at_p_followed_by_the_same_rounds(
     ]
     for message in added[len(snapshot) - _handoffs(snapshot) :]:
         b.add(message)
-    assert shape(b.messages) == shape(a.messages)
     [blocked] = compactions(b)
     assert blocked.summary == record.summary
-    assert shape(blocked.replacement_messages) == shape(
-        record.replacement_messages[: len(blocked.replacement_messages)]
-    )
-    a.close()
+    ours, theirs = shape(a.messages), shape(b.messages)
+    head = next(i for i, m in enumerate(b.messages) if m.id in {x.id for x in snapshot})
+    assert ours[:head] == theirs[:head]  # the block and the restoration
+    assert theirs[head:][len(theirs) - len(ours) :] == ours[head:]  # a suffix: the newest
+    assert len(ours) == len(theirs) or trimmed
     b.close()
 
 
@@ -363,3 +391,107 @@ def test_cancel_and_close_drop_it_without_a_write(
     again = make(tmp_path, openai_server)
     assert again.prepared is None and compactions(again) == []
     again.close()
+
+
+# ---------------------------------------------------------------------------
+# The property: generated sessions, the fork answering slowly, failing, calling tools
+
+ForkMode = Literal["ready", "slow", "failing", "tool_call"]
+#: How the property's examples ended (its last run): commits must be among them.
+OUTCOMES: list[str] = []
+
+
+def _fork_replies(mode: ForkMode) -> Callable[[], Reply]:
+    calls = iter(range(1_000))
+
+    def reply() -> Reply:
+        n = next(calls)
+        if mode == "failing" and n < 3:
+            return Reply.http_error(500)
+        if mode == "tool_call" and n == 0:
+            return Reply(tool_calls=[ToolCallSpec("read_file", '{"path": "m0.py"}')])
+        if mode == "slow":
+            return Reply(text=SUMMARY, delta_chars=2, chunk_interval=0.01)
+        return Reply(text=SUMMARY)
+
+    return reply
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    window=st.sampled_from([24_576, 32_768, 65_536]),
+    mode=st.sampled_from(["ready", "ready", "slow", "failing", "tool_call"]),
+    lines=st.integers(15, 60),
+)
+def _precomputed_or_today(
+    openai_server: OpenAIServer, window: int, mode: ForkMode, lines: int
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        replies = _fork_replies(mode)
+        openai_server.respond_with(lambda body: replies() if is_fork(body) else None)
+        before = len(openai_server.requests)
+        a = make(root, openai_server, window=window)
+        snapshot: list[Message] = []
+
+        async def scenario() -> None:
+            async def started(_: int) -> None:
+                snapshot.extend(a.messages[: len(a.messages) - 2])
+                if mode in ("ready", "tool_call"):
+                    await until(lambda: a.prepared != "preparing", "settled")
+
+            await grow(a, on_prepare=started, lines=lines, limit=400)
+
+        asyncio.run(scenario())
+        [record] = compactions(a)
+        stats = a.precompute_stats
+        forks = sum(is_fork(r.body) for r in openai_server.requests[before:])
+        if record.precomputed:
+            OUTCOMES.append("committed")
+            assert stats.committed == 1 and record.rounds_after >= 1
+            assert_blocking_equivalent(a, snapshot, root / "b", openai_server)
+        else:
+            # Failed, or too big with the rounds since: today's path asked again.
+            OUTCOMES.append("today")
+            assert stats.failed + stats.rejected + stats.discarded >= 1 or stats.started == 0
+            assert record.strategy in ("llm", "fallback")
+        # Never a second fork for one prepared summary that was used.
+        assert forks >= 1 and (not record.precomputed or stats.waited <= 1)
+        a.close()
+
+
+def test_generated_sessions_commit_a_prepared_summary_or_take_today_s_path(
+    openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    OUTCOMES.clear()
+    _precomputed_or_today(openai_server)
+    with capsys.disabled():
+        counts = {o: OUTCOMES.count(o) for o in sorted(set(OUTCOMES))}
+        print(f"\ntest_precompute: {len(OUTCOMES)} generated sessions: {counts}")
+    assert "committed" in OUTCOMES, OUTCOMES  # the commits were exercised, not skipped
+
+
+def test_join_rounds_after_trims_the_tail_kept_at_p_never_the_rounds_since() -> None:
+    from cairn.context.compactor import join_rounds_after
+
+    def round_(n: int) -> list[Message]:
+        call = ToolCall(f"c{n}", "read_file", "{}")
+        return [assistant(None, [call]), tool_result(call.id, f"r{n}")]
+
+    block, tail, after = user("summary"), [*round_(1), *round_(2)], tuple(round_(3))
+    kept = {m.id for m in tail}
+
+    def at_most(n: int) -> Callable[[Sequence[Message]], str | None]:
+        return lambda joined: None if len(joined) <= n else f"{len(joined)} messages"
+
+    whole, _ = join_rounds_after((block, *tail), kept, after, at_most(7))
+    assert whole == (block, *tail, *after)
+    trimmed, _ = join_rounds_after((block, *tail), kept, after, at_most(5))
+    assert trimmed == (block, *tail[2:], *after)  # the oldest kept round went first
+    none, why = join_rounds_after((block, *tail), kept, after, at_most(2))
+    assert none is None and why == "3 messages"  # the rounds since never yield

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
@@ -157,6 +157,36 @@ class _Prepared:
 async def _settled(task: asyncio.Task[Summary | None]) -> None:
     """Wait for ``task`` to end, whatever its outcome (read it afterwards)."""
     await asyncio.wait({task})
+
+
+def join_rounds_after(
+    replacement: Sequence[Message],
+    kept_ids: Collection[str],
+    after: Sequence[Message],
+    gate: Callable[[Sequence[Message]], str | None],
+) -> tuple[tuple[Message, ...] | None, str | None]:
+    """A prepared replacement with the rounds that came after its snapshot, verbatim.
+
+    ``kept_ids``: the snapshot's messages, so the replacement's tail (the
+    rounds it kept verbatim at ``P``) is told from its block and restoration.
+    While ``gate`` finds the result too big, that tail yields from its oldest
+    round — the summary covered it too — but the rounds after ``P`` never do.
+    Returns ``(replacement, None)``, or ``(None, why)`` when even without a
+    tail it fails.
+    """
+    tail_start = len(replacement)
+    while tail_start > 0 and replacement[tail_start - 1].id in kept_ids:
+        tail_start -= 1
+    head, tail = tuple(replacement[:tail_start]), tuple(replacement[tail_start:])
+    while True:
+        joined = (*head, *tail, *after)
+        failed = gate(joined)
+        if failed is None:
+            return joined, None
+        rounds = group_rounds(tail)
+        if not rounds:
+            return None, failed
+        tail = tail[rounds[0].end :]
 
 
 class CompactionHost(Protocol):
@@ -371,20 +401,27 @@ class Compactor:
                 stats.failed += 1
                 return None
             after = tuple(m for m in view[size:] if m.meta.kind != KIND_HANDOFF)
-            summary = replace(summary, replacement=(*summary.replacement, *after))
             source = sum(self._host.sized(m) for m in view)
-            post = sum(self._host.sized(m) for m in summary.replacement)
-            share = self._host.conversation_share(fixed)
             window = self._host.model.context_window or UNKNOWN_WINDOW
-            failed = check_gates(post, source, window, share)
-            if post >= source or failed is not None:
+            share = self._host.conversation_share(fixed)
+
+            def gate(replacement: Sequence[Message]) -> str | None:
+                post = sum(self._host.sized(m) for m in replacement)
+                if post >= source:
+                    return f"{post:,} of {source:,} tokens"
+                return check_gates(post, source, window, share)
+
+            kept_ids = {m.id for m in prepared.view}
+            replacement, failed = join_rounds_after(summary.replacement, kept_ids, after, gate)
+            if replacement is None:
                 stats.rejected += 1
                 warnings.append(
                     "the summary prepared in the background no longer makes the context small "
-                    f"enough with the {len(group_rounds(after))} round(s) since "
-                    f"({failed or f'{post:,} of {source:,} tokens'}); compacting now"
+                    f"enough with the {len(group_rounds(after))} round(s) since ({failed}); "
+                    "compacting now"
                 )
                 return None
+            summary = replace(summary, replacement=replacement)
             if not hinted:
                 # The commit is the only wait (no model call): bracketed like any
                 # compaction, so the block still comes between the two state events.
