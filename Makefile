@@ -84,6 +84,7 @@ bench: $(STAMP) postgresql
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_terminal.py
 	$(BIN)/python benchmarks/bench_web.py
+	$(BIN)/python benchmarks/bench_compaction_wait.py
 	$(BIN)/python benchmarks/replay.py
 
 clean:
