@@ -49,6 +49,7 @@ def test_initialize_advertises_load_the_prompt_capabilities_and_cairns_extension
             assert meta["notifications"] == [
                 "_cairn/compactionStateChange",
                 "_cairn/compactionContentUpdate",
+                "_cairn/summaryPrepared",
             ]
             assert response["agentInfo"]["name"] == "cairn"
 

@@ -94,7 +94,11 @@ EXTENSIONS: JSONObject = {
     "cairn": {
         "version": VERSION,
         "requests": {"_cairn/compact": {"params": ["sessionId", "customInstructions"]}},
-        "notifications": ["_cairn/compactionStateChange", "_cairn/compactionContentUpdate"],
+        "notifications": [
+            "_cairn/compactionStateChange",
+            "_cairn/compactionContentUpdate",
+            "_cairn/summaryPrepared",
+        ],
         "notificationsOptIn": "clientCapabilities._meta.cairn.compaction",
     }
 }

@@ -54,6 +54,7 @@ from cairn.agent.events import (
     MessageUpdated,
     Notice,
     PermissionRequested,
+    SummaryPrepared,
     ToolFinished,
     ToolStarted,
     UsageUpdate,
@@ -250,6 +251,13 @@ class Thread:
                 self._compaction_state(is_compacting)
             case CompactionContentUpdate(content=content):
                 self._compaction_content(content)
+            case SummaryPrepared(state=state):
+                # A quiet indicator for clients that asked for Cairn's extensions:
+                # nobody waits for it, so no compaction update or tool call.
+                if self.cairn_compaction:
+                    self.channel.extension(
+                        "cairn/summaryPrepared", {"sessionId": self.acp_id, "state": state}
+                    )
             case CompactBlockAdded(block=block):
                 if self._compaction is not None:
                     self._compaction.block = block
