@@ -12,6 +12,7 @@ failed or went stale, today's path runs. Nothing is written before the line.
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -22,6 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cairn.agent.hooks import HookRunner
+from cairn.agent.settings import HooksSettings
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.pipeline import CheckResult
@@ -93,6 +96,7 @@ def make(
     events: Events | None = None,
     session_id: str = "s1",
     window: int = WINDOW,
+    hooks: HookRunner | None = None,
     **config: Any,
 ) -> ContextPipeline:
     model = ModelConfig(model="m", base_url=server.base_url, context_window=window)
@@ -105,6 +109,7 @@ def make(
         tool_effects={"read_file": "read_only"},
         summarizer=LLMSummarizer(open_provider(model), model),
         listener=events,
+        hooks=hooks,
     )
 
 
@@ -495,3 +500,52 @@ def test_join_rounds_after_trims_the_tail_kept_at_p_never_the_rounds_since() -> 
     assert trimmed == (block, *tail[2:], *after)  # the oldest kept round went first
     none, why = join_rounds_after((block, *tail), kept, after, at_most(2))
     assert none is None and why == "3 messages"  # the rounds since never yield
+
+
+def test_precompact_runs_when_it_starts_session_start_and_post_compact_when_it_commits(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    log = tmp_path / "order.log"
+
+    def hook(name: str, extra: str = "") -> str:
+        path = tmp_path / f"{name}.sh"
+        path.write_text(
+            f"#!/usr/bin/env bash\ncat > {tmp_path}/{name}.json\necho {name} >> {log}\n{extra}"
+        )
+        path.chmod(0o755)
+        return str(path)
+
+    settings = HooksSettings.model_validate(
+        {
+            event: [{"hooks": [{"type": "command", "command": command}]}]
+            for event, command in (
+                ("PreCompact", hook("pre", 'echo "Name every module read."\n')),
+                ("SessionStart", hook("start")),
+                ("PostCompact", hook("post")),
+            )
+        }
+    )
+    runner = HookRunner(
+        settings, session_id="s1", transcript_path=tmp_path / "t.jsonl", cwd=tmp_path
+    )
+    p = make(tmp_path, openai_server, hooks=runner)
+    openai_server.respond_with(lambda body: Reply(text=SUMMARY) if is_fork(body) else None)
+    before_line: list[str] = []
+
+    async def scenario() -> None:
+        async def ready(_: int) -> None:
+            await until(lambda: p.prepared == "ready", "ready")
+            before_line.extend(log.read_text().split())
+
+        await grow(p, on_prepare=ready)
+
+    asyncio.run(scenario())
+    [record] = compactions(p)
+    assert record.precomputed
+    assert before_line == ["pre"]  # at the start, with trigger "auto"
+    assert log.read_text().split() == ["pre", "start", "post"]  # the rest at the commit
+    assert json.loads((tmp_path / "pre.json").read_text())["trigger"] == "auto"
+    [fork] = [b for b in openai_server.bodies if is_fork(b)]
+    assert "Name every module read." in str(fork["messages"][-1]["content"])
+    assert json.loads((tmp_path / "post.json").read_text())["trigger"] == "auto"
+    p.close()
