@@ -56,6 +56,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     UsageSpec,
     every_api_server_fixture,
 )
+from recording_listener import Events
 
 SUMMARY = (
     "<analysis>scratch: the user wants the CSV bug fixed</analysis>\n<summary>\n"
@@ -78,31 +79,6 @@ TOOLS: tuple[JSONObject, ...] = (
     },
 )
 FIXED = FixedContext((system("You are a careful coding agent."),), TOOLS)
-
-
-class Events:
-    """A surface listening to the pipeline (the UI side of the events)."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, Any]] = []
-
-    def compaction_state_changed(self, is_compacting: bool) -> None:
-        self.log.append(("state", is_compacting))
-
-    def compaction_content_updated(self, content: str) -> None:
-        self.log.append(("content", content))
-
-    def compact_block_added(self, block: Message) -> None:
-        self.log.append(("block", block.text))
-
-    def compaction_notice(self, text: str) -> None:
-        self.log.append(("notice", text))
-
-    def summary_prepared(self, state: str | None) -> None:
-        self.log.append(("prepared", state))
-
-    def kinds(self) -> list[str]:
-        return [kind for kind, _ in self.log]
 
 
 class Host:

@@ -48,6 +48,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     ToolCallSpec,
     openai_server_fixture,
 )
+from recording_listener import Events
 
 SUMMARY = (
     "<summary>\n## Objective and constraints\nSurvey the modules; change nothing.\n"
@@ -64,29 +65,6 @@ def is_fork(body: dict[str, Any]) -> bool:
     return any(
         m["role"] == "user" and "TEXT ONLY" in str(m.get("content")) for m in body["messages"]
     )
-
-
-class Events:
-    def __init__(self) -> None:
-        self.log: list[tuple[str, object]] = []
-
-    def compaction_state_changed(self, is_compacting: bool) -> None:
-        self.log.append(("state", is_compacting))
-
-    def compaction_content_updated(self, content: str) -> None:
-        self.log.append(("content", content))
-
-    def compact_block_added(self, block: Message) -> None:
-        self.log.append(("block", block.id))
-
-    def compaction_notice(self, text: str) -> None:
-        self.log.append(("notice", text))
-
-    def summary_prepared(self, state: str | None) -> None:
-        self.log.append(("prepared", state))
-
-    def kinds(self) -> list[str]:
-        return [kind for kind, _ in self.log]
 
 
 def make(
