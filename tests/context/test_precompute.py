@@ -28,6 +28,7 @@ from cairn.agent.settings import HooksSettings
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.pipeline import CheckResult
+from cairn.context.summarizer import Summarizer, Summary, SummaryRequest
 from cairn.messages import (
     KIND_HANDOFF,
     JSONObject,
@@ -75,6 +76,7 @@ def make(
     session_id: str = "s1",
     window: int = WINDOW,
     hooks: HookRunner | None = None,
+    summarizer: Summarizer | None = None,
     **config: Any,
 ) -> ContextPipeline:
     model = ModelConfig(model="m", base_url=server.base_url, context_window=window)
@@ -85,7 +87,7 @@ def make(
         session_id=session_id,
         home=tmp_path / "home",
         tool_effects={"read_file": "read_only"},
-        summarizer=LLMSummarizer(open_provider(model), model),
+        summarizer=summarizer or LLMSummarizer(open_provider(model), model),
         listener=events,
         hooks=hooks,
     )
@@ -526,4 +528,36 @@ def test_precompact_runs_when_it_starts_session_start_and_post_compact_when_it_c
     [fork] = [b for b in openai_server.bodies if is_fork(b)]
     assert "Name every module read." in str(fork["messages"][-1]["content"])
     assert json.loads((tmp_path / "post.json").read_text())["trigger"] == "auto"
+    p.close()
+
+
+class BrokenOnce:
+    """A summarizer whose first call fails with an unexpected error (not a
+    ``SummarizerError``): the one prepared in the background."""
+
+    def __init__(self, inner: Summarizer) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("a bug in the summarizer")
+        return await self.inner.summarize(request)
+
+
+def test_an_unexpected_error_in_the_background_never_reaches_the_turn(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.respond_with(lambda body: Reply(text=SUMMARY) if is_fork(body) else None)
+    model = ModelConfig(model="m", base_url=openai_server.base_url, context_window=WINDOW)
+    broken = BrokenOnce(LLMSummarizer(open_provider(model), model))
+    p = make(tmp_path, openai_server, summarizer=broken)
+
+    result, _ = asyncio.run(grow(p))
+    [record] = compactions(p)
+    # Started once (and failed at once), then the line asked again.
+    assert p.precompute_stats.started == 1 and broken.calls == 2
+    assert not record.precomputed and record.strategy == "llm"  # today's path, at the line
+    assert any("a bug in the summarizer" in w for w in result.warnings), result.warnings
     p.close()

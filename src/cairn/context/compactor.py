@@ -154,6 +154,20 @@ class _Prepared:
             self.listener.compaction_content_updated(self.text)
 
 
+def _outcome(task: asyncio.Task[Summary | None]) -> tuple[Summary | None, str | None]:
+    """A finished background summary: it, or ``None`` and why (cancelled: no why).
+
+    Any error ends there: the line then takes today's path, which meets a
+    lasting fault again and reports it as today.
+    """
+    if task.cancelled():
+        return None, None
+    error = task.exception()
+    if error is not None:
+        return None, f"the summary prepared in the background failed: {error}"
+    return task.result(), None
+
+
 async def _settled(task: asyncio.Task[Summary | None]) -> None:
     """Wait for ``task`` to end, whatever its outcome (read it afterwards)."""
     await asyncio.wait({task})
@@ -283,8 +297,7 @@ class Compactor:
         task = self._prepared.task
         if not task.done():
             return "preparing"
-        ready = not task.cancelled() and task.exception() is None and task.result() is not None
-        return "ready" if ready else None
+        return "ready" if _outcome(task)[0] is not None else None
 
     def prepare(
         self,
@@ -318,6 +331,8 @@ class Compactor:
             return
         if not prepared.task.done():
             prepared.task.cancel()
+        else:
+            _outcome(prepared.task)  # read, so a failure is never left unretrieved
         self.precompute_stats.discarded += 1
         self._announce()
 
@@ -395,8 +410,10 @@ class Compactor:
                     raise CompactionCancelledError(
                         "compaction cancelled; the context is unchanged"
                     ) from None
-            summary = None if prepared.task.cancelled() else prepared.task.result()
+            summary, failure = _outcome(prepared.task)
             warnings.extend(prepared.notices)
+            if failure is not None:
+                warnings.append(failure)
             if summary is None or self._host.shown_session() != session:
                 stats.failed += 1
                 return None
