@@ -138,6 +138,16 @@ async def grow(
     raise AssertionError("the session never compacted")
 
 
+async def into_the_band(p: ContextPipeline, fork: Reply) -> None:
+    """Rounds until the summary starts in the background, and its fork was sent."""
+    p.add(user("Survey the modules m0.py … and summarise each; change nothing."))
+    for i in range(60):
+        await step(p, i)
+        if p.prepared is not None:
+            break
+    await until(lambda: fork.started.is_set(), "sent")
+
+
 def compactions(p: ContextPipeline) -> list[CompactionRecord]:
     return [
         r for r in read_transcript(p.transcript_path).records if isinstance(r, CompactionRecord)
@@ -324,12 +334,7 @@ def test_nothing_is_written_before_the_line_and_a_manual_compact_cancels_it(
     seen: dict[str, object] = {}
 
     async def scenario() -> None:
-        p.add(user("Survey the modules m0.py … and summarise each; change nothing."))
-        for i in range(60):
-            await step(p, i)
-            if p.prepared is not None:
-                break
-        await until(lambda: held.started.is_set(), "sent")
+        await into_the_band(p, held)
         before = p.transcript_path.read_bytes()
         await asyncio.sleep(0.2)  # the fork streams in the background
         seen["unchanged"] = p.transcript_path.read_bytes() == before
@@ -355,12 +360,7 @@ def test_cancel_and_close_drop_it_without_a_write(
     states: list[object] = []
 
     async def scenario() -> None:
-        p.add(user("Survey the modules m0.py … and summarise each; change nothing."))
-        for i in range(60):
-            await step(p, i)
-            if p.prepared is not None:
-                break
-        await until(lambda: held.started.is_set(), "sent")
+        await into_the_band(p, held)
         before = p.transcript_path.read_bytes()
         p.cancel_compaction()  # Esc: the background summary goes too
         states.append(p.prepared)

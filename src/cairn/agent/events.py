@@ -33,6 +33,7 @@ from pydantic import ConfigDict, StrictBool, StrictInt
 from pydantic.alias_generators import to_camel
 
 from cairn.codec import Codec
+from cairn.context.events import PreparedState
 from cairn.errors import CairnError
 from cairn.messages import JSONObject, Message, StoredMessage, ToolCall
 
@@ -104,7 +105,7 @@ class SummaryPrepared(_OnTheWire):
 
     WIRE: ClassVar[str] = "summaryPrepared"
 
-    state: Literal["preparing", "ready"] | None
+    state: PreparedState | None
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,7 @@ class EventBus:
     def compact_block_added(self, block: Message) -> None:
         self.publish(CompactBlockAdded(block))
 
-    def summary_prepared(self, state: Literal["preparing", "ready"] | None) -> None:
+    def summary_prepared(self, state: PreparedState | None) -> None:
         self.publish(SummaryPrepared(state))
 
     def compaction_notice(self, text: str) -> None:

@@ -15,13 +15,13 @@ import contextlib
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from cairn.context.breaker import CompactionBreaker, breaker_key
 from cairn.context.budget import cautious, handoff_line
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
-from cairn.context.events import CompactionListener
+from cairn.context.events import CompactionListener, PreparedState
 from cairn.context.hooks import (
     CompactionBlockedError,
     CompactionHooks,
@@ -105,9 +105,6 @@ class CompactionOutcome:
             record.post_tokens,
             record.summary,
         )
-
-
-PreparedState: TypeAlias = Literal["preparing", "ready"]
 
 
 @dataclass
@@ -318,7 +315,7 @@ class Compactor:
         prepared.task = asyncio.get_running_loop().create_task(
             self._prepare(prepared, fixed, projection)
         )
-        prepared.task.add_done_callback(lambda _: self._settled(prepared))
+        prepared.task.add_done_callback(lambda _: self._prepared_done(prepared))
         self._prepared = prepared
         self.precompute_stats.started += 1
         self._announce()
@@ -339,7 +336,7 @@ class Compactor:
     def _announce(self) -> None:
         self._listener.summary_prepared(self.prepared)
 
-    def _settled(self, prepared: _Prepared) -> None:
+    def _prepared_done(self, prepared: _Prepared) -> None:
         # Announced only while still held: the line may have taken it meanwhile.
         if self._prepared is prepared:
             self._announce()

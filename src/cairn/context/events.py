@@ -7,9 +7,12 @@ published as it accumulates; the block is announced once it is durable.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeAlias
 
 from cairn.messages import Message
+
+#: The summary prepared in the background (DESIGN §5.5a); ``None``: none is held.
+PreparedState: TypeAlias = Literal["preparing", "ready"]
 
 
 class CompactionListener(Protocol):
@@ -23,7 +26,7 @@ class CompactionListener(Protocol):
         """Something the user must see about a manual compaction (a hook's stderr …)."""
         ...
 
-    def summary_prepared(self, state: Literal["preparing", "ready"] | None) -> None:
+    def summary_prepared(self, state: PreparedState | None) -> None:
         """The summary prepared in the background: a quiet indicator, not "compacting"."""
         ...
 
@@ -41,5 +44,5 @@ class NoListener:
     def compaction_notice(self, text: str) -> None:
         return None
 
-    def summary_prepared(self, state: Literal["preparing", "ready"] | None) -> None:
+    def summary_prepared(self, state: PreparedState | None) -> None:
         return None

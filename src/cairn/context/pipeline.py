@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
 
 from cairn.context.boundary import Boundary, prompt_tokens
 from cairn.context.breaker import CompactionBreaker, breaker_key
@@ -42,7 +41,6 @@ from cairn.context.compactor import (
     UNKNOWN_WINDOW,
     Compactor,
     PrecomputeStats,
-    PreparedState,
 )
 
 # The compaction's errors and outcome are the façade's too: callers import them from here.
@@ -53,7 +51,7 @@ from cairn.context.compactor import CompactionOutcome as CompactionOutcome
 from cairn.context.compactor import NothingToCompactError as NothingToCompactError
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
-from cairn.context.events import CompactionListener, NoListener
+from cairn.context.events import CompactionListener, NoListener, PreparedState
 from cairn.context.handoff import HandoffLedger, build_handoff_message, handoff_answered
 from cairn.context.hooks import (
     CompactionHooks,
@@ -91,8 +89,6 @@ from cairn.store.records import (
     StateRecord,
 )
 from cairn.tokens import message_counter
-
-_R = TypeVar("_R")
 
 
 class ContextWindowExceededError(CairnError, RuntimeError):
