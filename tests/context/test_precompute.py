@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from cairn.agent.hooks import HookRunner
 from cairn.agent.settings import HooksSettings
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
+from cairn.context.budget import input_budget
 from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.pipeline import CheckResult
 from cairn.context.summarizer import Summarizer, Summary, SummaryRequest
@@ -77,6 +78,7 @@ def make(
     window: int = WINDOW,
     hooks: HookRunner | None = None,
     summarizer: Summarizer | None = None,
+    current_session: Callable[[], str] | None = None,
     **config: Any,
 ) -> ContextPipeline:
     model = ModelConfig(model="m", base_url=server.base_url, context_window=window)
@@ -90,6 +92,7 @@ def make(
         summarizer=summarizer or LLMSummarizer(open_provider(model), model),
         listener=events,
         hooks=hooks,
+        current_session=current_session,
     )
 
 
@@ -157,6 +160,22 @@ def compactions(p: ContextPipeline) -> list[CompactionRecord]:
 def shape(messages: Sequence[Message]) -> list[tuple[object, ...]]:
     """What the model sees of a message (ids and times aside)."""
     return [(m.role, m.text, m.tool_calls, m.meta.kind) for m in messages]
+
+
+class SwitchesAway(Events):
+    """A host that shows another session as soon as the line starts to compact:
+    the switch lands while the line waits (or after a commit that needed no wait)."""
+
+    def __init__(self, shown: list[str]) -> None:
+        super().__init__()
+        self.shown = shown
+        self.armed = False
+
+    def compaction_state_changed(self, is_compacting: bool) -> None:
+        super().compaction_state_changed(is_compacting)
+        if is_compacting and self.armed:
+            self.armed = False
+            asyncio.get_running_loop().call_soon(self.shown.__setitem__, 0, "other")
 
 
 # ---------------------------------------------------------------------------
@@ -295,6 +314,55 @@ def test_not_ready_at_the_line_the_check_waits_for_it_with_the_hint_and_tail(
     p.close()
 
 
+def test_a_switch_while_the_line_waits_for_it_writes_nothing_and_sends_no_second_fork(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """The session guard (seed 004) for a waited-for summary: the host shows another
+    session when it arrives, so the whole write phase is abandoned — and the check
+    does not go on to ask again for the session it left, nor edit it."""
+    shown = ["s1"]
+    events = SwitchesAway(shown)
+    p = make(tmp_path, openai_server, events=events, current_session=lambda: shown[0])
+    release = threading.Event()
+    fork = Reply(text=SUMMARY, hold=release, hold_after=6)
+    openai_server.respond_with(lambda body: fork if is_fork(body) else None)
+    seen: dict[str, object] = {}
+
+    async def scenario() -> None:
+        await into_the_band(p, fork)
+        events.armed = True  # the host switches as soon as the line starts to wait
+
+        async def later() -> None:
+            await until(lambda: shown[0] == "other", "switched")
+            release.set()
+
+        asyncio.get_running_loop().create_task(later())
+        for i in range(100, 200):
+            before = p.transcript_path.read_bytes()
+            result = await p.check_and_compact(FIXED)
+            if shown[0] == "other":
+                seen["result"] = result
+                seen["unchanged"] = p.transcript_path.read_bytes() == before
+                return
+            call = ToolCall(f"call_{i}", "read_file", f'{{"path": "m{i}.py"}}')
+            prompt = result.after.tokens or 0
+            p.add(assistant("Reading.", [call], usage=Usage(prompt, 20, prompt + 20)))
+            p.add(tool_result(call.id, module(i)))
+
+    asyncio.run(scenario())
+    result = seen["result"]
+    assert isinstance(result, CheckResult)
+    assert result.skipped == "session changed" and result.compaction is None
+    assert seen["unchanged"] is True and compactions(p) == []
+    assert sum(is_fork(b) for b in openai_server.bodies) == 1  # no second fork
+    assert "block" not in events.kinds() and events.log[-2:] == [
+        ("state", False),
+        ("prepared", None),
+    ]
+    assert any("session changed" in w for w in result.warnings)
+    p.close()
+
+
 def test_a_failed_summary_in_the_background_leaves_today_s_path_at_the_line(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
@@ -379,10 +447,16 @@ def test_cancel_and_close_drop_it_without_a_write(
 
 
 # ---------------------------------------------------------------------------
-# The property: generated sessions, the fork answering slowly, failing, calling tools
+# The property: generated sessions, the fork answering slowly, failing, calling
+# tools, and the user interrupting it — played beside a twin session without
+# the precompute (its own server), which must be the same until the line
 
 ForkMode = Literal["ready", "slow", "failing", "tool_call"]
-#: How the property's examples ended (its last run): commits must be among them.
+#: What interrupts the summary prepared in the background: Esc, ``/compact``,
+#: ``/clear`` or a switch (the runtime closes the pipeline), or the host showing
+#: another session when the line takes it (the SDK write guard).
+Interruption = Literal["none", "cancel", "manual", "close", "switch"]
+#: How the property's examples ended (its last run): each must be among them.
 OUTCOMES: list[str] = []
 
 
@@ -402,63 +476,256 @@ def _fork_replies(mode: ForkMode) -> Callable[[], Reply]:
     return reply
 
 
+def records(p: ContextPipeline) -> list[tuple[object, ...]]:
+    """The transcript as a resume and the model see it (ids and times aside)."""
+    seen: list[tuple[object, ...]] = []
+    for r in read_transcript(p.transcript_path).records:
+        if isinstance(r, MessageRecord):
+            seen.append(("message", *shape([r.message])[0]))
+        elif isinstance(r, CompactionRecord):
+            kept = shape(r.replacement_messages)
+            seen.append(("compaction", r.trigger, r.strategy, r.summary, r.precomputed, kept))
+        else:
+            seen.append((type(r).__name__,))
+    return seen
+
+
+def assert_same(a: ContextPipeline, twin: ContextPipeline, when: str) -> None:
+    assert shape(a.messages) == shape(twin.messages), when
+    assert records(a) == records(twin), when
+
+
+async def _play(
+    a: ContextPipeline,
+    twin: ContextPipeline,
+    *,
+    window: int,
+    mode: ForkMode,
+    lines: int,
+    interrupt: Interruption,
+    delay: int,
+    reopen: Callable[[], ContextPipeline],
+    forks_plain: threading.Event,
+    snapshot: list[Message],
+) -> str:
+    """Rounds on ``a`` and its twin until ``a`` compacts (or the interruption ends it)."""
+    budget = input_budget(window)
+    events = a._listener
+    assert isinstance(events, SwitchesAway)
+    first = user("Survey the modules m0.py … and summarise each; change nothing.")
+    a.add(first)
+    twin.add(first)
+    started: int | None = None
+    mirrored: ContextPipeline | None = twin  # the twin follows until the line or a switch
+    interrupted = False
+    cancelled = 0
+    for i in range(400):
+        if (
+            interrupt != "none"
+            and started is not None
+            and not interrupted
+            and i == started + 1 + delay
+        ):
+            interrupted = True
+            if interrupt in ("cancel", "manual", "close"):
+                forks_plain.set()  # from now on both sessions get the same answers
+            before = a.transcript_path.read_bytes()
+            if interrupt == "cancel":
+                cancelled = i
+                a.cancel_compaction()
+                assert a.prepared is None
+                await asyncio.sleep(0.05)
+                assert a.transcript_path.read_bytes() == before  # Esc wrote nothing
+            elif interrupt == "manual":
+                instructions = "keep the module list"
+                done = await a.compact(FIXED, instructions=instructions)
+                again = await twin.compact(FIXED, instructions=instructions)
+                assert done is not None and again is not None
+                assert_same(a, twin, "a /compact during a precompute")
+                [record] = compactions(a)
+                assert record.trigger == "manual" and not record.precomputed
+                assert a.prepared is None
+                return "manual"
+            elif interrupt == "close":
+                view = shape(a.messages)
+                a.close()
+                assert a.transcript_path.read_bytes() == before  # /clear or a switch
+                resumed = reopen()
+                try:
+                    assert shape(resumed.messages) == view and resumed.prepared is None
+                    assert compactions(resumed) == []
+                    assert_same(resumed, twin, "resumed after a close during a precompute")
+                finally:
+                    resumed.close()
+                return "close"
+            elif interrupt == "switch":
+                events.armed = True
+                mirrored = None
+        before = a.transcript_path.read_bytes()
+        logged = len(events.log)
+        result = await a.check_and_compact(FIXED)
+        # Never a request known to be over the input budget.
+        assert (result.after.tokens or 0) <= budget, (result.after.tokens, budget)
+        if interrupt == "switch" and events.shown[0] == "other":
+            # The host moved on while the line took the summary: all or nothing.
+            states = [s for k, s in events.log[logged:] if k == "state"]
+            assert states and states[-1] is False  # the compaction state still ends
+            if result.compaction is None:
+                written = a.transcript_path.read_bytes()[len(before) :].decode()
+                assert not written, f"a write for a session left: {written[:600]}"
+                assert "block" not in [k for k, _ in events.log[logged:]]
+                assert a.prepared is None
+                # Back: the session goes on today's way (a compaction or a snip).
+                events.shown[0] = "s1"
+                result = await a.check_and_compact(FIXED)
+                assert (result.after.tokens or 0) <= budget
+                assert result.compaction is not None or result.edits
+                assert not any(r.precomputed for r in compactions(a))
+                return "switch: abandoned"
+            [record] = compactions(a)
+            assert "block" in [k for k, _ in events.log[logged:]]
+            return "switch: committed before it"
+        if (
+            interrupt == "cancel"
+            and interrupted
+            and result.compaction is None
+            and i > cancelled + 8
+        ):
+            # Eight rounds on, mirrored and the same: (snips may hold the line off).
+            return "cancel"
+        if result.compaction is not None:
+            if mirrored is not None and interrupted:
+                # After Esc the session is as if the precompute had never run.
+                await twin.check_and_compact(FIXED)
+                assert_same(a, twin, "the line after a cancelled precompute")
+                [record] = compactions(a)
+                assert not record.precomputed
+                return "cancel"
+            return "line"
+        if mirrored is not None:
+            await mirrored.check_and_compact(FIXED)
+            # Nothing is written or changed while the summary is prepared.
+            assert_same(a, mirrored, f"round {i}, before the line")
+        prompt = result.after.tokens or 0
+        call = ToolCall(f"call_{i}", "read_file", f'{{"path": "m{i}.py"}}')
+        answer = assistant(f"Reading module {i}.", [call], usage=Usage(prompt, 20, prompt + 20))
+        output = tool_result(call.id, module(i, lines))
+        for p in (a, mirrored) if mirrored is not None else (a,):
+            p.add(answer)
+            p.add(output)
+        await asyncio.sleep(0)  # the loop's turn: what the main request's stream gives it
+        if started is None and a.prepared is not None:
+            started = i
+            snapshot.extend(a.messages[: len(a.messages) - 2])  # the view the fork took
+            if mode in ("ready", "tool_call"):
+                await until(lambda: a.prepared != "preparing", "settled")
+    raise AssertionError("the session never compacted")
+
+
 @settings(
-    max_examples=12,
+    max_examples=30,
     deadline=None,
     database=None,
+    # A failure names the round and what differed; shrinking would take minutes.
+    phases=(Phase.explicit, Phase.generate),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     window=st.sampled_from([24_576, 32_768, 65_536]),
     mode=st.sampled_from(["ready", "ready", "slow", "failing", "tool_call"]),
     lines=st.integers(15, 60),
+    interrupt=st.sampled_from(["none", "none", "none", "cancel", "manual", "close", "switch"]),
+    delay=st.integers(0, 3),
 )
-def _precomputed_or_today(
-    openai_server: OpenAIServer, window: int, mode: ForkMode, lines: int
+# Each way an example can end, at least once whatever is generated.
+@example(window=32_768, mode="ready", lines=30, interrupt="none", delay=0)
+@example(window=32_768, mode="slow", lines=30, interrupt="cancel", delay=0)
+@example(window=32_768, mode="failing", lines=30, interrupt="manual", delay=0)
+@example(window=32_768, mode="slow", lines=30, interrupt="close", delay=0)
+@example(window=32_768, mode="slow", lines=60, interrupt="switch", delay=0)
+@example(window=32_768, mode="ready", lines=30, interrupt="switch", delay=0)
+def _precompute_property(
+    openai_server: OpenAIServer,
+    window: int,
+    mode: ForkMode,
+    lines: int,
+    interrupt: Interruption,
+    delay: int,
 ) -> None:
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, OpenAIServer() as twin_server:
         root = Path(folder)
         replies = _fork_replies(mode)
-        openai_server.respond_with(lambda body: replies() if is_fork(body) else None)
+        forks_plain = threading.Event()
+
+        def model(body: dict[str, Any]) -> Reply | None:
+            if not is_fork(body):
+                return None
+            return Reply(text=SUMMARY) if forks_plain.is_set() else replies()
+
+        openai_server.respond_with(model)
+        twin_server.respond_with(lambda body: Reply(text=SUMMARY) if is_fork(body) else None)
         before = len(openai_server.requests)
-        a = make(root, openai_server, window=window)
+        shown = ["s1"]
+
+        def open_a(events: Events | None = None) -> ContextPipeline:
+            return make(
+                root / "a",
+                openai_server,
+                window=window,
+                events=events,
+                current_session=lambda: shown[0],
+            )
+
+        a = open_a(SwitchesAway(shown))
+        twin = make(root / "twin", twin_server, window=window, precompute=False)
         snapshot: list[Message] = []
-
-        async def scenario() -> None:
-            async def started(_: int) -> None:
-                snapshot.extend(a.messages[: len(a.messages) - 2])
-                if mode in ("ready", "tool_call"):
-                    await until(lambda: a.prepared != "preparing", "settled")
-
-            await grow(a, on_prepare=started, lines=lines, limit=400)
-
-        asyncio.run(scenario())
-        [record] = compactions(a)
+        try:
+            outcome = asyncio.run(
+                _play(
+                    a,
+                    twin,
+                    window=window,
+                    mode=mode,
+                    lines=lines,
+                    interrupt=interrupt,
+                    delay=delay,
+                    reopen=open_a,
+                    forks_plain=forks_plain,
+                    snapshot=snapshot,
+                )
+            )
+        finally:
+            a.close()
+            twin.close()
         stats = a.precompute_stats
-        forks = sum(is_fork(r.body) for r in openai_server.requests[before:])
-        if record.precomputed:
-            OUTCOMES.append("committed")
-            assert stats.committed == 1 and record.rounds_after >= 1
-            assert_blocking_equivalent(a, snapshot, root / "b", openai_server)
-        else:
-            # Failed, or too big with the rounds since: today's path asked again.
-            OUTCOMES.append("today")
-            assert stats.failed + stats.rejected + stats.discarded >= 1 or stats.started == 0
-            assert record.strategy in ("llm", "fallback")
-        # Never a second fork for one prepared summary that was used.
-        assert forks >= 1 and (not record.precomputed or stats.waited <= 1)
-        a.close()
+        if outcome == "line":
+            [record] = compactions(a)
+            if record.precomputed:
+                outcome = "committed"
+                assert stats.committed == 1 and record.rounds_after >= 1
+                assert_blocking_equivalent(a, snapshot, root / "b", openai_server)
+            else:
+                # Failed, or too big with the rounds since: today's path asked again.
+                outcome = "today"
+                assert stats.failed + stats.rejected + stats.discarded >= 1 or stats.started == 0
+                assert record.strategy in ("llm", "fallback")
+            forks = sum(is_fork(r.body) for r in openai_server.requests[before:])
+            # Never a second fork for one prepared summary that was used.
+            assert forks >= 1 and (not record.precomputed or stats.waited <= 1)
+        OUTCOMES.append(outcome if interrupt == "none" or outcome != "line" else "line first")
 
 
-def test_generated_sessions_commit_a_prepared_summary_or_take_today_s_path(
+def test_generated_sessions_commit_a_prepared_summary_or_leave_it_as_if_it_never_ran(
     openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     OUTCOMES.clear()
-    _precomputed_or_today(openai_server)
+    _precompute_property(openai_server)
     with capsys.disabled():
         counts = {o: OUTCOMES.count(o) for o in sorted(set(OUTCOMES))}
         print(f"\ntest_precompute: {len(OUTCOMES)} generated sessions: {counts}")
-    assert "committed" in OUTCOMES, OUTCOMES  # the commits were exercised, not skipped
+    # Every way was exercised, not skipped: a commit, and each interruption.
+    for outcome in ("committed", "cancel", "manual", "close", "switch: abandoned"):
+        assert outcome in OUTCOMES, (outcome, OUTCOMES)
 
 
 def test_join_rounds_after_trims_the_tail_kept_at_p_never_the_rounds_since() -> None:

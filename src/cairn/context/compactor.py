@@ -411,7 +411,13 @@ class Compactor:
             warnings.extend(prepared.notices)
             if failure is not None:
                 warnings.append(failure)
-            if summary is None or self._host.shown_session() != session:
+            if self._host.shown_session() != session:
+                # The host switched or cleared while the line waited: the whole write
+                # phase is abandoned (the session guard), and no second fork is sent.
+                stats.discarded += 1
+                warnings.append("compaction abandoned: the session changed while it ran")
+                raise _SessionChangedError
+            if summary is None:
                 stats.failed += 1
                 return None
             after = tuple(m for m in view[size:] if m.meta.kind != KIND_HANDOFF)
@@ -510,7 +516,10 @@ class Compactor:
             return None
         if self._prepared is not None:
             if trigger == "auto":
-                ready = await self._commit_prepared(view, fixed, projection, warnings, epoch)
+                try:
+                    ready = await self._commit_prepared(view, fixed, projection, warnings, epoch)
+                except _SessionChangedError:
+                    return None
                 if ready is not None:
                     return ready
             else:
@@ -757,6 +766,10 @@ def _left_out(elisions: Sequence[str]) -> str:
 def _join_instructions(*parts: str | None) -> str | None:
     texts = [p.strip() for p in parts if p and p.strip()]
     return "\n\n".join(texts) if texts else None
+
+
+class _SessionChangedError(Exception):
+    """The host showed another session when a waited-for summary arrived: write nothing."""
 
 
 class _CancelledError(Exception):

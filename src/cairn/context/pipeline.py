@@ -266,6 +266,7 @@ class ContextPipeline:
         restoration: RestorationSource | None = None,
         listener: CompactionListener | None = None,
         store_factory: StoreFactory | None = None,
+        current_session: Callable[[], str] | None = None,
     ) -> ContextPipeline:
         """Resume ``session_id`` in ``workspace``, or start a new session.
 
@@ -292,6 +293,7 @@ class ContextPipeline:
             hooks=hooks,
             restoration=restoration,
             listener=listener,
+            current_session=current_session,
         )
 
     # -- the conversation ------------------------------------------------
@@ -459,6 +461,7 @@ class ContextPipeline:
             return CheckResult(_UNKNOWN, _UNKNOWN, skipped="fork")
         fixed_tokens = self.fixed_tokens(fixed)
         self._fixed, self._fixed_tokens = fixed, fixed_tokens
+        shown = self._current_session()
         messages = self.messages
         index = self._index
         before = self._tracker.project(
@@ -516,6 +519,14 @@ class ContextPipeline:
                 outcome = await self._compactor.run(
                     "auto", messages, fixed, None, warnings, before, epoch=self.epoch
                 )
+                if outcome is None and self._current_session() != shown:
+                    # The host switched or cleared while the compaction ran, which
+                    # then wrote nothing: nor does the rest of this check (the
+                    # session guard) — no edit, no handoff, no summary started.
+                    self._refuse_over_budget(before, fixed_tokens, warnings)
+                    return CheckResult(
+                        before, before, skipped="session changed", warnings=tuple(warnings)
+                    )
                 if outcome is not None:
                     after = self.project(fixed)
                     if self._due(after, 0):
