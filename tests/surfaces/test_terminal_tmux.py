@@ -8,6 +8,7 @@ Ctrl+D — against the local OpenAI server. tmux comes from Debian's packages
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -88,6 +89,29 @@ def is_fork(body: dict[str, Any]) -> bool:
     return last["role"] == "user" and "TEXT ONLY" in str(last.get("content"))
 
 
+def start_cairn(tmp_path: Path, server: OpenAIServer, workspace: Path, **env: str) -> Pane:
+    """``cairn`` in a tmux pane against ``server``, with nothing of this shell's
+    ``CAIRN_``/``OPENAI_`` variables; its stderr goes to ``cairn.stderr``."""
+    env = {
+        "CAIRN_MODEL": "test-model",
+        "OPENAI_BASE_URL": server.base_url,
+        "CAIRN_HOME": str(tmp_path / "home"),
+        "TERM": "xterm-256color",
+        **env,
+    }
+    cleared = [k for k in os.environ if k.startswith(("CAIRN_", "OPENAI_"))]
+    command = " ".join(
+        [
+            "env",
+            *(f"-u {shlex.quote(k)}" for k in cleared),
+            *(f"{k}={shlex.quote(v)}" for k, v in env.items()),
+            shlex.quote(sys.executable),
+            "-m cairn 2>cairn.stderr; echo cairn exited $?; sleep 60",
+        ]
+    )
+    return Pane(tmp_path / "tmux.sock", command, workspace)
+
+
 def test_the_real_cairn_in_tmux_streams_compacts_with_the_tail_and_exits(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
@@ -105,23 +129,7 @@ def test_the_real_cairn_in_tmux_streams_compacts_with_the_tail_and_exits(
         return Reply(text=next(answers, "Done."))
 
     openai_server.respond_with(responder)
-    env = {
-        "CAIRN_MODEL": "test-model",
-        "OPENAI_BASE_URL": openai_server.base_url,
-        "CAIRN_HOME": str(tmp_path / "home"),
-        "TERM": "xterm-256color",
-    }
-    cleared = [k for k in os.environ if k.startswith(("CAIRN_", "OPENAI_"))]
-    command = " ".join(
-        [
-            "env",
-            *(f"-u {shlex.quote(k)}" for k in cleared),
-            *(f"{k}={shlex.quote(v)}" for k, v in env.items()),
-            shlex.quote(sys.executable),
-            "-m cairn 2>cairn.stderr; echo cairn exited $?; sleep 60",
-        ]
-    )
-    pane = Pane(tmp_path / "tmux.sock", command, workspace)
+    pane = start_cairn(tmp_path, openai_server, workspace)
     try:
         pane.wait_for("Ask Cairn")
         pane.type("What is the answer?")
@@ -151,5 +159,55 @@ def test_the_real_cairn_in_tmux_streams_compacts_with_the_tail_and_exits(
     finally:
         release.set()
         pane.close()
+    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in stderr, stderr
+
+
+def test_a_summary_prepared_in_the_band_is_a_quiet_word_in_the_footer_not_the_hint(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 28 in the real terminal: ``preparing summary``, then ``summary ready`` in
+    the footer while the user goes on; no ``✻ Compacting`` until the line, which
+    commits it without asking the model again."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    release = threading.Event()
+    detail = " ".join(f"Step {i}: the ledger balances." for i in range(40))
+
+    def responder(body: dict[str, Any]) -> Reply:
+        if is_fork(body):
+            return Reply(text=SUMMARY, hold=release, hold_after=6)
+        # The prompt's number (a hidden handoff reminder may follow the prompt).
+        asked = re.findall(r"part (\d+)", json.dumps(body["messages"]))
+        return Reply(text=f"{detail} END-{asked[-1]}")
+
+    openai_server.respond_with(responder)
+    pane = start_cairn(tmp_path, openai_server, workspace, CAIRN_CONTEXT_WINDOW="16384")
+    try:
+        pane.wait_for("Ask Cairn")
+        screen = ""
+        for turn in range(60):
+            pane.type(f"Tell me more, part {turn}")
+            screen = pane.wait_for(f"END-{turn}")
+            if "preparing summary" in screen:
+                break
+        screen = pane.wait_for("· 0 compactions · preparing summary")
+        assert "✻ Compacting" not in screen  # nobody waits: no hint
+        release.set()
+        screen = pane.wait_for("· 0 compactions · summary ready")
+        assert "✻ Compacting" not in screen
+        for turn in range(100, 120):
+            pane.type(f"Tell me more, part {turn}")
+            screen = pane.wait_for(f"END-{turn}")
+            if "· 1 compaction" in screen:
+                break
+        screen = pane.wait_for("· 1 compaction")
+        assert "summary ready" not in screen and "preparing summary" not in screen
+        pane.send("C-d")
+        assert "cairn exited 0" in pane.wait_for("cairn exited")
+    finally:
+        release.set()
+        pane.close()
+    assert sum(is_fork(b) for b in openai_server.bodies) == 1  # committed, not asked again
     stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
     assert "Traceback" not in stderr, stderr

@@ -15,6 +15,7 @@ from acp_client import (
     ANSWER,
     SUMMARY,
     answering,
+    arrived,
     capabilities,
     compaction_notices,
     connected,
@@ -489,3 +490,54 @@ def test_a_failed_compactions_error_says_why_as_compact_does(
         assert "summarizer" in said or "500" in said
 
     asyncio.run(scenario())
+
+
+def test_a_summary_prepared_in_the_band_is_a_quiet_notification_and_no_hint(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 28: the summary prepared in the background reaches a client that asked for
+    Cairn's extensions as ``_cairn/summaryPrepared`` (preparing → ready → none) — never
+    the compaction hint, a compaction update or a think tool call while nobody waits."""
+    openai_server.respond_with(
+        lambda body: Reply(text=SUMMARY) if is_fork(body) else Reply(text=ANSWER * 3)
+    )
+
+    async def scenario() -> None:
+        caps = capabilities(compaction=True, cairn=True)
+        setup = make_setup(tmp_path, openai_server, context_window=65_536)
+        async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
+            sid = await editor.new()
+            for turn in itertools.count():
+                assert turn < 80, ("never compacted", editor.client.extensions[-8:])
+                await editor.ask(sid, f"more about calc.py, part {turn}")
+                if any(is_fork(b) for b in openai_server.bodies) and any(
+                    m == "cairn/summaryPrepared" and p["state"] is None
+                    for m, p in editor.client.extensions
+                ):
+                    break
+            await arrived(editor, "usage_update")
+            wire = [
+                (m, p.get("state", p.get("isCompacting")))
+                for m, p in editor.client.extensions
+                if p["sessionId"] == sid
+            ]
+            prepared = [v for m, v in wire if m == "cairn/summaryPrepared"]
+            assert prepared[0] == "preparing" and prepared[-1] is None
+            assert set(prepared) <= {"preparing", "ready", None}
+            # While it was prepared nobody waited: no hint until the line commits it.
+            first = wire.index(("cairn/summaryPrepared", "preparing"))
+            hint = wire.index(("cairn/compactionStateChange", True))
+            assert hint > first
+            assert ("cairn/summaryPrepared", "ready") in wire[first:hint] or prepared[
+                : prepared.index(None)
+            ] == ["preparing"]
+            statuses = [
+                u["status"]
+                for u in editor.client.updates(sid)
+                if u["sessionUpdate"] == "compaction_update"
+            ]
+            assert statuses == ["in_progress", "completed"]  # the commit alone
+
+    asyncio.run(scenario())
+    forks = [b for b in openai_server.bodies if is_fork(b)]
+    assert len(forks) == 1  # prepared once, committed without a second

@@ -236,6 +236,41 @@ def test_the_hint_goes_when_compaction_ends_and_the_state_change_adds_no_row(
     assert [r["kind"] for r in all_rows(page, "p1")][-3:] == ["compact", "user", "assistant"]
 
 
+def test_a_summary_prepared_in_the_band_shows_quietly_in_the_meter_never_as_the_hint(
+    web: Callable[..., WebServer], page: Page, model: Model, openai_server: OpenAIServer
+) -> None:
+    """Issue 28: while the summary is prepared in the background the meter says
+    ``preparing summary`` then ``summary ready``; no hint, no guard (nobody waits);
+    the line commits it without a second fork."""
+    model.answer = lambda body: ANSWER * 3
+    load(page, web())
+    meter = pane(page, "p1").locator(".meter")
+    new_chat = page.locator("#new-chat")
+    gate = model.hold_fork(12)  # the background fork stalls after 12 characters
+    for turn in range(80):
+        converse(page, "p1", 1, prefix=f"part {turn}:")
+        if "preparing summary" in (meter.text_content() or ""):
+            break
+    expect(meter).to_have_text(
+        re.compile(r"^context [\d,]+ / 24,576 tokens · 0 compactions · preparing summary$")
+    )
+    expect(page.locator(".compaction-hint")).to_have_count(0)
+    expect(new_chat).to_be_enabled()  # no guard: switching is not refused
+    assert "compact" not in [r["kind"] for r in rows(page, "p1")]  # the newest rows
+    gate.set()  # the summary arrives while the user reads
+    expect(meter).to_have_text(
+        re.compile(r"^context [\d,]+ / 24,576 tokens · 0 compactions · summary ready$")
+    )
+    expect(page.locator(".compaction-hint")).to_have_count(0)
+    for turn in range(20):
+        converse(page, "p1", 1, prefix=f"more {turn}:")
+        if any(r["kind"] == "compact" for r in rows(page, "p1")):
+            break
+    expect(meter).to_have_text(re.compile(r"^context [\d,]+ / 24,576 tokens · 1 compaction$"))
+    assert sum(is_fork(b) for b in openai_server.bodies) == 1  # committed, not asked again
+    assert page.evaluate("window.__notified") == []
+
+
 def test_only_the_compacting_pane_shows_the_hint(
     web: Callable[..., WebServer], page: Page, model: Model
 ) -> None:
