@@ -328,12 +328,14 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        cell = {key: "–" if value is None else value for key, value in row.items()}
         lines.append(
             f"| {row['window']:,} | {'on' if row['precompute'] else 'off'} | "
-            f"{row['compactions']} | {row['wait_p50_s']} / {row['wait_p95_s']} / "
-            f"{row['wait_max_s']} | {row['ready_at_line_share']} | {row['wait_p95_ready_s']} | "
-            f"{row['prepared_share']} | {row['unused_token_share']} | "
-            f"{row['fork_cache_share']} | {row['continuity_pct']} % of {row['continuity_checks']} |"
+            f"{row['compactions']} | {cell['wait_p50_s']} / {cell['wait_p95_s']} / "
+            f"{cell['wait_max_s']} | {cell['ready_at_line_share']} | {cell['wait_p95_ready_s']} | "
+            f"{cell['prepared_share']} | {cell['unused_token_share']} | "
+            f"{cell['fork_cache_share']} | {cell['continuity_pct']} % of "
+            f"{row['continuity_checks']} |"
         )
     update_section("compaction-wait", "\n".join(lines))
 
