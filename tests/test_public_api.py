@@ -39,6 +39,8 @@ INTERNAL_EXCEPTIONS = {
     "cairn.context.ledger._MalformedEntryError",
     # The compaction's summary wait lost the race to cancel_compaction; turned into a notice.
     "cairn.context.compactor._CancelledError",
+    # The host switched while the line waited for a background summary; caught in run().
+    "cairn.context.compactor._SessionChangedError",
     # One of the provider's timers fired; the stream turns it into a ProviderTimeoutError.
     "cairn.provider.streaming._ExpiredError",
     # Bytes the SDK cannot parse; the stream turns them into a ProviderError.
