@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -506,6 +507,26 @@ def test_fit_fork_input_shrinks_in_order_and_keeps_whole_rounds() -> None:
     assert sum(count(m) for m in dropped) <= total // 3
     assert fit_fork_input([user("x " * 40_000)], 1_000, count) is not None
     assert fit_fork_input([user("x")], 1, count) is None
+
+
+def test_a_paste_halved_several_times_counts_every_character_left_out() -> None:
+    """Issue 29 defect 14: the summarizer's copy of a 111,000-character paste said
+    "3,464 characters omitted" — the last halving's count, not the ~108,000 left out."""
+
+    def count(m: Message) -> int:
+        return estimate_message_tokens(m)
+
+    paste = "".join(f"line {n:06d} of the pasted log\n" for n in range(3_700))
+    fitted = fit_fork_input([user("summarize"), user(paste)], 1_500, count)
+    assert fitted is not None
+    shown = fitted[-1].text
+    markers = re.findall(r"\[… ([\d,]+) characters omitted …\]", shown)
+    assert len(markers) == 1
+    omitted = int(markers[0].replace(",", ""))
+    kept = len(shown) - len(f"\n[… {markers[0]} characters omitted …]\n")
+    assert omitted == len(paste) - kept
+    assert omitted > 100_000
+    assert shown.startswith("line 000000") and shown.endswith("line 003699 of the pasted log\n")
 
 
 def test_a_fork_that_would_not_fit_is_shrunk_before_it_is_sent(

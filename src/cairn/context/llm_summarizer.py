@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from cairn.context.budget import cautious
@@ -178,15 +178,21 @@ def _drop_oldest_round(messages: Sequence[Message]) -> list[Message]:
     return list(messages)
 
 
-def _halve_longest(messages: Sequence[Message]) -> list[Message]:
+def _halve_longest(messages: Sequence[Message], originals: Mapping[str, str]) -> list[Message]:
+    """The texts longer than half the longest, cut to that half around one marker.
+
+    Each cut is taken from the message's text before any halving
+    (``originals``), so that after several halvings the one marker left still
+    counts every character left out, not only the last halving's.
+    """
     longest = max((len(m.text) for m in messages), default=0)
     cap = longest // 2
     if cap <= 0:
         return list(messages)
     out = []
     for message in messages:
-        text = message.text
-        if len(text) > cap and isinstance(message.content, str):
+        if len(message.text) > cap and isinstance(message.content, str):
+            text = originals.get(message.id, message.text)
             head = cap * 3 // 4
             message = message.with_content(
                 f"{text[:head]}\n[… {len(text) - cap:,} characters omitted …]\n"
@@ -232,10 +238,11 @@ def fit_fork_input(
         dropped.update(range(r.start, r.end))
         size -= sum(costs[r.start : r.end])
     current = [m for i, m in enumerate(current) if i not in dropped]
+    originals = {m.id: m.text for m in current}
     for _ in range(_MAX_HALVINGS):
         if size <= room:
             return current
-        smaller = _halve_longest(current)
+        smaller = _halve_longest(current, originals)
         if _size(smaller) >= _size(current):
             return None
         current = smaller
