@@ -49,7 +49,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
 WIRE_NAMES = {
     "messageAdded", "messageUpdated", "toolStarted", "toolFinished", "permissionRequested",
     "statusChange", "compactionStateChange", "compactionContentUpdate", "compactBlockAdded",
-    "summaryPrepared", "usage", "notice", "error",
+    "summaryPrepared", "usage", "notice", "error", "modeChange", "queueChange",
 }  # fmt: skip
 SUMMARY = "<summary>\n## Objective and constraints\nRead the notes.\n</summary>"
 

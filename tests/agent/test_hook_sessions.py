@@ -236,6 +236,31 @@ def test_notices_of_a_manual_compact_reach_the_event_stream(
     rt.close()
 
 
+def test_a_compact_a_hook_refuses_is_a_notice_not_an_error(
+    workspace: Path, tmp_path: Path, bin_dir: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 29 defect 13: a /compact a PreCompact hook blocked showed as a red error block."""
+    block = script(
+        bin_dir, "block.sh", 'echo \'{"decision": "block", "reason": "release freeze"}\'\n'
+    )
+    rt = runtime(
+        workspace, openai_server, tmp_path / "home", hooks_of({"PreCompact": [(None, [block])]})
+    )
+    session = rt.new_session()
+    warm_up(session, openai_server)
+    before = session.api_messages
+
+    outcome = asyncio.run(run_command(rt, "/compact", ""))
+
+    assert outcome.ok and outcome.compaction is None
+    assert outcome.text == (
+        "/compact refused: compaction blocked by a PreCompact hook: release freeze; "
+        "the context is unchanged"
+    )
+    assert session.api_messages == before
+    rt.close()
+
+
 def test_session_start_compact_output_is_a_hidden_reminder_after_compaction(
     workspace: Path, tmp_path: Path, bin_dir: Path, openai_server: OpenAIServer
 ) -> None:

@@ -12,16 +12,29 @@ form (``cairn.agent.events.event_to_wire``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.agent.commands import CommandOutcome, parse_command, run_command
-from cairn.agent.events import Event, SessionStatus
+from cairn.agent.events import (
+    SESSION_MODES,
+    Event,
+    MessageAdded,
+    ModeChange,
+    QueueChange,
+    QueuedPrompt,
+    SessionMode,
+    SessionStatus,
+)
 from cairn.agent.loop import DEFAULT_MAX_TURNS, TurnResult, run_turn
+from cairn.agent.mentions import complete_paths, find_mentions
 from cairn.agent.session import PermissionDecision, Runtime, Session, SessionInfo
+from cairn.agent.shell import ShellOutcome, mode_reminder, shell_message
+from cairn.agent.tools.plan import plan_file_for
 from cairn.errors import CairnError
-from cairn.messages import Message
+from cairn.messages import Message, ToolCall, new_id
 from cairn.store import UiPage
 
 
@@ -43,12 +56,31 @@ class SessionUsage:
     projected_tokens: int | None = None
 
 
+@dataclass(frozen=True)
+class SendOutcome:
+    """What ``AgentSession.send`` did with a line: exactly one field is set."""
+
+    turn: TurnResult | None = None
+    command: CommandOutcome | None = None
+    shell: ShellOutcome | None = None
+    #: The session was working: the line waits in the queue.
+    queued: QueuedPrompt | None = None
+
+
 class AgentSession:
     """One session, as a surface sees it."""
 
     def __init__(self, runtime: Runtime, session: Session) -> None:
         self._runtime = runtime
         self._session = session
+        #: Prompts sent while the agent worked, sent in order when the turn ends.
+        self._queue: list[QueuedPrompt] = []
+        #: A ``send`` or ``prompt`` is running (set before the first await, so that a
+        #: second line sent meanwhile queues instead of starting a turn beside it).
+        self._working = False
+        #: What the model must be told about a mode the user chose, at the next prompt
+        #: (never between a call and its results).
+        self._mode_note: Message | None = None
 
     # -- opening (the runtime's current session) ---------------------------
 
@@ -85,7 +117,169 @@ class AgentSession:
         if isinstance(text, str) and parse_command(text) is not None:
             raise ValueError(f"{text.split()[0]} is a command: use AgentSession.command")
         self._check_idle("send a prompt")
-        return await run_turn(self._session, text, max_turns=max_turns)
+        self._working = True
+        try:
+            result = await self._turn(text, max_turns)
+            while not result.aborted and self._queue:
+                # The user's next line waited for this turn: it goes now, in order.
+                queued = self._queue.pop(0)
+                self._publish_queue()
+                sent = await self._send_now(queued.text, max_turns)
+                if sent.turn is not None:
+                    result = sent.turn
+        finally:
+            self._working = False
+        return result
+
+    async def send(self, text: str, *, max_turns: int = DEFAULT_MAX_TURNS) -> SendOutcome:
+        """What a prompt box does with a line: a ``/command``, a ``!command`` or a prompt.
+
+        While the session works the line is queued instead (``queued``) and
+        goes when the turn ends; a cancelled turn leaves the queue for the user
+        to edit (``take_queued``).
+        """
+        if self.busy:
+            item = QueuedPrompt(new_id(), text)
+            self._queue.append(item)
+            self._publish_queue()
+            return SendOutcome(queued=item)
+        if parse_command(text) is not None or text.startswith("!"):
+            self._working = True
+            try:
+                return await self._send_now(text, max_turns)
+            finally:
+                self._working = False
+        return SendOutcome(turn=await self.prompt(text, max_turns=max_turns))
+
+    async def _send_now(self, text: str, max_turns: int) -> SendOutcome:
+        if parse_command(text) is not None:
+            return SendOutcome(command=await self.command(text))
+        if text.startswith("!"):
+            return SendOutcome(shell=await self._shell(text[1:].strip()))
+        return SendOutcome(turn=await self._turn(text, max_turns))
+
+    async def _turn(self, text: str | Message, max_turns: int) -> TurnResult:
+        session = self._session
+        attach: list[ToolCall] = []
+        if isinstance(text, str):
+            for mention in find_mentions(text, session.workspace):
+                tool = "list_files" if mention.is_dir else "read_file"
+                arguments = json.dumps({"path": mention.raw})
+                attach.append(ToolCall(new_id(), tool, arguments))
+        if self._mode_note is not None:
+            await session.start()  # the SessionStart context stays first
+            session.pipeline.add(self._mode_note)
+            self._mode_note = None
+        return await run_turn(session, text, max_turns=max_turns, attach=attach)
+
+    # -- the queue ---------------------------------------------------------
+
+    @property
+    def queued(self) -> tuple[QueuedPrompt, ...]:
+        """The prompts waiting for the turn to end, in the order they will go."""
+        return tuple(self._queue)
+
+    def edit_queued(self, prompt_id: str, text: str) -> bool:
+        """Change a waiting prompt's text; ``False`` when it has already gone."""
+        for n, item in enumerate(self._queue):
+            if item.id == prompt_id:
+                self._queue[n] = QueuedPrompt(prompt_id, text)
+                self._publish_queue()
+                return True
+        return False
+
+    def unqueue(self, prompt_id: str) -> QueuedPrompt | None:
+        """Withdraw a waiting prompt (cancelled by the user); ``None`` when it has gone."""
+        for item in self._queue:
+            if item.id == prompt_id:
+                self._queue.remove(item)
+                self._publish_queue()
+                return item
+        return None
+
+    def take_queued(self) -> str:
+        """Every waiting prompt, withdrawn and joined for the prompt box (Esc edits them)."""
+        texts = [item.text for item in self._queue]
+        if self._queue:
+            self._queue.clear()
+            self._publish_queue()
+        return "\n\n".join(texts)
+
+    def _publish_queue(self) -> None:
+        self._session.events.publish(QueueChange(tuple(self._queue)))
+
+    # -- @path and !command ----------------------------------------------
+
+    def complete_path(self, prefix: str) -> list[str]:
+        """Workspace paths for what follows an ``@`` (folders end with ``/``)."""
+        return complete_paths(self._session.workspace, prefix)
+
+    async def shell(self, command: str) -> ShellOutcome:
+        """``!command``: run it in the workspace as ``bash`` runs (same permission and
+        limits), show its output, and add both to the conversation for the next turn."""
+        self._check_idle("run a command")
+        self._working = True
+        try:
+            return await self._shell(command)
+        finally:
+            self._working = False
+
+    async def _shell(self, command: str) -> ShellOutcome:
+        session = self._session
+        if not command:
+            return ShellOutcome(command, "usage: !command (runs it in the workspace)", None)
+        await session.start()
+        session.reset_abort()
+        call = ToolCall(new_id(), "bash", json.dumps({"command": command}))
+        session.set_status("tools")
+        try:
+            result = await session.tools.execute(call, session.tool_context())
+            outcome = ShellOutcome.of(command, result)
+            message = shell_message(outcome)
+            session.pipeline.add(message)  # persisted before the model may see it
+            session.pipeline.end_turn()
+            session.events.publish(MessageAdded(message))
+        finally:
+            session.set_status("idle")
+        return outcome
+
+    # -- modes -------------------------------------------------------------
+
+    @property
+    def mode(self) -> SessionMode:
+        """``plan`` while plan mode is on, else the permission mode."""
+        if self._session.state.plan is not None:
+            return "plan"
+        return self._runtime.permission_mode
+
+    def set_mode(self, mode: SessionMode) -> SessionMode:
+        """Switch the mode (Shift+Tab, a control); the model learns of it at the next prompt.
+
+        The permission mode applies from the next tool call; entering or
+        leaving plan mode changes what the tools allow at once.
+        """
+        if mode not in SESSION_MODES:
+            raise ValueError(f"unknown mode {mode!r}; the modes are {', '.join(SESSION_MODES)}")
+        session = self._session
+        before = self.mode
+        if mode == before:
+            return mode
+        if mode == "plan":
+            plan_file = plan_file_for(session.tool_context())
+            session.state.enter_plan_mode(plan_file)
+        else:
+            if before == "plan":
+                session.state.exit_plan_mode()
+            self._runtime.permission_mode = mode
+        if "plan" in (mode, before):
+            self._mode_note = mode_reminder(session.state.plan, session.workspace, mode)
+        session.events.publish(ModeChange(mode))
+        return mode
+
+    def cycle_mode(self) -> SessionMode:
+        """The next mode in ``SESSION_MODES`` order (ask → accept-edits → bypass → plan → ask)."""
+        modes = SESSION_MODES
+        return self.set_mode(modes[(modes.index(self.mode) + 1) % len(modes)])
 
     async def command(self, text: str) -> CommandOutcome:
         """``/compact [instructions]``, ``/status``, ``/help`` (the guard applies as in the CLI)."""
@@ -161,8 +355,13 @@ class AgentSession:
             session.pipeline.project(session.fixed_context()).tokens,
         )
 
+    @property
+    def busy(self) -> bool:
+        """The session works (a turn, a command, a compaction): a line sent now is queued."""
+        return self._working or self._session.status != "idle"
+
     def _check_idle(self, what: str) -> None:
-        if self._session.status != "idle":
+        if self.busy:
             raise SessionBusyError(
                 f"cannot {what}: session {self._session.id} is {self._session.status}"
             )

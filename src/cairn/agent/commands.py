@@ -149,7 +149,8 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     except CompactionFailedError as exc:
         return CommandOutcome(f"compaction failed: {exc}", ok=False)
     except CompactionBlockedError as exc:
-        return CommandOutcome(str(exc), ok=False)
+        # Refused by the user's own hook, as it was told to: a notice, not a failure.
+        return CommandOutcome(f"/compact refused: {exc}; the context is unchanged")
     except StoreError as exc:
         # A full disk, an I/O error, a lost database: one line, never a traceback.
         failure = store_failure(exc, session.pipeline.session_id, stopped="the compaction stopped")

@@ -39,6 +39,9 @@ from cairn.messages import JSONObject, Message, StoredMessage, ToolCall
 
 SessionStatus: TypeAlias = Literal["idle", "streaming", "tools", "compacting"]
 SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
+#: What Shift+Tab cycles through: the permission modes, then plan mode.
+SessionMode: TypeAlias = Literal["ask", "accept-edits", "bypass", "plan"]
+SESSION_MODES: tuple[SessionMode, ...] = get_args(SessionMode)
 
 
 class _OnTheWire:
@@ -135,11 +138,42 @@ class StatusChange(_OnTheWire):
 
 @dataclass(frozen=True)
 class Notice(_OnTheWire):
-    """Something the user should see: a hook's stderr, a skipped compaction."""
+    """Something the user should see: a hook's stderr, a skipped compaction.
+
+    ``code`` names the notices a surface shows its own way: ``cancelled`` (the
+    user's cancel stopped the turn — the editor agent's stop reason says it).
+    """
 
     WIRE: ClassVar[str] = "notice"
 
     text: str
+    code: str | None = None
+
+
+@dataclass(frozen=True)
+class ModeChange(_OnTheWire):
+    """The session's mode changed (Shift+Tab, a control): what the footer shows."""
+
+    WIRE: ClassVar[str] = "modeChange"
+
+    mode: SessionMode
+
+
+@dataclass(frozen=True)
+class QueuedPrompt:
+    """A prompt sent while the agent worked: it is sent when the turn ends."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class QueueChange(_OnTheWire):
+    """The prompts waiting for the turn to end, in the order they will be sent."""
+
+    WIRE: ClassVar[str] = "queueChange"
+
+    prompts: tuple[QueuedPrompt, ...]
 
 
 @dataclass(frozen=True)
@@ -176,6 +210,8 @@ Event: TypeAlias = (
     | UsageUpdate
     | StatusChange
     | Notice
+    | ModeChange
+    | QueueChange
     | PermissionRequested
     | ErrorEvent
 )
@@ -191,6 +227,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     UsageUpdate,
     StatusChange,
     Notice,
+    ModeChange,
+    QueueChange,
     PermissionRequested,
     ErrorEvent,
 )

@@ -37,7 +37,7 @@ from cairn.context.pipeline import (
 )
 from cairn.context.tracker import FixedContext
 from cairn.errors import CairnError
-from cairn.messages import Message, ToolCall, new_id, tool_result, user
+from cairn.messages import Message, MessageMeta, ToolCall, new_id, tool_result, user
 from cairn.provider import (
     ChatProvider,
     ContentDelta,
@@ -123,19 +123,32 @@ class TurnHost(LoopHost, Protocol):
 
 
 async def run_turn(
-    session: TurnHost, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
+    session: TurnHost,
+    text: str | Message,
+    *,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    attach: Sequence[ToolCall] = (),
 ) -> TurnResult:
-    """Run one user turn to the end (or to ``max_turns`` requests, or an abort)."""
+    """Run one user turn to the end (or to ``max_turns`` requests, or an abort).
+
+    ``attach``: read-only tool calls the host runs for the user right after
+    the message (``@path`` mentions), as one round of its own: the results
+    are budgeted, counted and restored like the model's own reads.
+    """
     try:
         await session.start()  # SessionStart hooks, once per session (startup / resume / clear)
     except StoreError as exc:
         raise _store_failed(session, exc) from exc
     session.reset_abort()
-    return await run_loop(session, text, max_turns=max_turns)
+    return await run_loop(session, text, max_turns=max_turns, attach=attach)
 
 
 async def run_loop(
-    session: LoopHost, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
+    session: LoopHost,
+    text: str | Message,
+    *,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    attach: Sequence[ToolCall] = (),
 ) -> TurnResult:
     """The one agent loop: check → request → tools, until no tool calls (or the limit).
 
@@ -147,7 +160,7 @@ async def run_loop(
     line what could not be written and how to resume.
     """
     try:
-        result = await _turn(session, text, max_turns)
+        result = await _turn(session, text, max_turns, attach)
     except StoreError as exc:
         _end_turn(session, quietly=True)
         raise _store_failed(session, exc) from exc
@@ -181,7 +194,9 @@ def _store_failed(session: LoopHost, exc: StoreError) -> StoreFailedError:
     return StoreFailedError(message, code)
 
 
-async def _turn(session: LoopHost, text: str | Message, max_turns: int) -> TurnResult:
+async def _turn(
+    session: LoopHost, text: str | Message, max_turns: int, attach: Sequence[ToolCall]
+) -> TurnResult:
     abort = session.abort_event
     message = text if isinstance(text, Message) else user(text)
     # A store failure in an earlier turn can leave a call without its result:
@@ -192,6 +207,10 @@ async def _turn(session: LoopHost, text: str | Message, max_turns: int) -> TurnR
     answer = ""
     requests = 0
     try:
+        if attach:
+            await _attach(session, attach)
+            if abort.is_set():
+                raise _AbortedError
         while requests < max_turns:
             requests += 1
             assistant = await _request(session)
@@ -209,9 +228,29 @@ async def _turn(session: LoopHost, text: str | Message, max_turns: int) -> TurnR
             session.events.publish(Notice(f"stopped after {max_turns} requests (--max-turns)"))
             return TurnResult(answer, requests, max_turns_reached=True)
     except _AbortedError:
-        session.events.publish(Notice("interrupted"))
+        session.events.publish(Notice("interrupted", code="cancelled"))
         return TurnResult(answer, requests, aborted=True)
     return TurnResult(answer, requests)
+
+
+async def _attach(session: LoopHost, calls: Sequence[ToolCall]) -> None:
+    """The host's read of what the user mentioned: a call and its results, one whole round.
+
+    The call is the host's (``synthetic``), so that the model reads the
+    content as a tool result — budgeted and restored like its own reads —
+    and never as something it said.
+    """
+    call = Message(
+        role="assistant",
+        tool_calls=tuple(calls),
+        meta=MessageMeta(synthetic=True, extra={"attached": "mentions"}),
+    )
+    session.pipeline.add(call)
+    session.events.publish(MessageAdded(call))
+    session.set_status("tools")
+    results = await _run_tools(session, calls)
+    for result in session.pipeline.add_tool_results(results):
+        session.events.publish(MessageAdded(result))
 
 
 def _close_open_round(session: LoopHost) -> None:
