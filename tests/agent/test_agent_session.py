@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cairn import AgentSession, SessionBusyError
+from cairn.agent.agent_session import MeterReading, SessionUsage
 from cairn.agent.events import (
     CompactionStateChange,
     Event,
@@ -262,3 +263,15 @@ def test_cancel_stops_a_response_whose_server_has_gone_quiet(
     kept = [m for m in agent.ui_messages() if m.role == "assistant"]
     assert kept and kept[-1].text.startswith("The f")  # the partial answer is kept
     rt.close()
+
+
+def test_the_meter_shows_the_next_request_never_a_number_over_the_budget() -> None:
+    """Issue 29 defect 12: the meter showed ``~4,297 / 4,096 (104%)`` and ``~36,401 / 4,096``."""
+    assert SessionUsage(3_000, 8_192, 4_096, 0, 3_100).meter == MeterReading(3_000, False, False)
+    assert SessionUsage(None, 8_192, 4_096, 0, 3_100).meter == MeterReading(3_100, True, False)
+    assert SessionUsage(None, 8_192, 4_096, 0, 4_297).meter == MeterReading(None, True, True)
+    assert SessionUsage(None, 8_192, 4_096, 2, 36_401).meter == MeterReading(None, True, True)
+    # A long last answer: prompt and output together pass the budget.
+    assert SessionUsage(4_200, 8_192, 4_096, 0, 4_150).meter == MeterReading(None, False, True)
+    assert SessionUsage(4_096, 8_192, 4_096, 0, 4_000).meter == MeterReading(4_096, False, False)
+    assert SessionUsage(None, None, None, 0, 90_000).meter == MeterReading(90_000, True, False)

@@ -30,6 +30,13 @@ from cairn.agent.events import (
 )
 from cairn.agent.loop import DEFAULT_MAX_TURNS, TurnResult, run_turn
 from cairn.agent.mentions import complete_paths, find_mentions
+from cairn.agent.rewind import (
+    PromptPoint,
+    RestoredFiles,
+    fork_session,
+    prompt_points,
+    rewind_session,
+)
 from cairn.agent.session import PermissionDecision, Runtime, Session, SessionInfo
 from cairn.agent.shell import ShellOutcome, mode_reminder, shell_message
 from cairn.agent.tools.plan import plan_file_for
@@ -54,6 +61,37 @@ class SessionUsage:
     #: The pipeline's projection of the next request (what ``/status`` shows),
     #: for a meter when the provider reports no usage.
     projected_tokens: int | None = None
+
+    @property
+    def meter(self) -> MeterReading:
+        """What a context meter shows: the next request's size, never more than is sent.
+
+        The provider's count when it reported one, else the pipeline's
+        estimate. Past the input budget no request of that size is ever sent:
+        the next one compacts first, so the meter says so instead of a number
+        (a resumed long session, a long last answer).
+        """
+        tokens = self.latest_total_tokens
+        estimated = tokens is None
+        if tokens is None:
+            tokens = self.projected_tokens
+        budget = self.input_budget
+        over = budget is not None and any(
+            n is not None and n > budget for n in (tokens, self.projected_tokens)
+        )
+        return MeterReading(None if over else tokens, estimated, over)
+
+
+@dataclass(frozen=True)
+class MeterReading:
+    """One context meter's reading (``SessionUsage.meter``)."""
+
+    #: The next request's tokens; ``None`` when unknown or over the budget.
+    tokens: int | None
+    #: ``tokens`` is the pipeline's estimate (the provider reported no usage).
+    estimated: bool
+    #: Over the input budget: the next request compacts before it is sent.
+    over_budget: bool
 
 
 @dataclass(frozen=True)
@@ -300,6 +338,33 @@ class AgentSession:
     def answer(self, permission_id: str, decision: PermissionDecision) -> bool:
         return self._session.answer(permission_id, decision)
 
+    # -- rewind and fork (cairn.agent.rewind) ------------------------------
+
+    def prompt_points(self) -> list[PromptPoint]:
+        """The prompts the user typed, oldest first: the points ``rewind`` goes back to."""
+        return prompt_points(self._session)
+
+    def rewind(self, point_id: str, *, restore_files: bool = False) -> RewindOutcome:
+        """A new session branched just before prompt ``point_id``, now the current one.
+
+        This session stays as it is, listed among the workspace's sessions.
+        ``restore_files``: also put back the files write_file / edit_file
+        changed after the prompt (``bash`` commands since are named, not
+        undone). Raises ``RewindPointError`` for an unknown point.
+        """
+        self._check_idle("rewind")
+        _guard(self._runtime, "rewind")
+        branch = rewind_session(self._session, point_id, restore_files=restore_files)
+        return RewindOutcome(
+            AgentSession(self._runtime, branch.session), branch.prompt or "", branch.files
+        )
+
+    def fork(self) -> AgentSession:
+        """A copy of this session as it stands (same context, same compactions), now current."""
+        self._check_idle("fork the session")
+        _guard(self._runtime, "fork the session")
+        return AgentSession(self._runtime, fork_session(self._session).session)
+
     # -- watching --------------------------------------------------------
 
     def events(self) -> AsyncIterator[Event]:
@@ -373,3 +438,18 @@ def _guard(runtime: Runtime, what: str) -> None:
         raise SessionBusyError(
             f"cannot {what}: session {current.id} is {current.status}; wait for it or cancel it"
         )
+
+
+# -- rewind and fork ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RewindOutcome:
+    """What ``AgentSession.rewind`` made: the branch, the prompt to edit, the files."""
+
+    #: The new session, branched just before the prompt; the runtime's current one.
+    session: AgentSession
+    #: The prompt's text, for the prompt box.
+    prompt: str
+    #: Files restored and removed, what could not be, and the ``bash`` commands since.
+    files: RestoredFiles

@@ -281,6 +281,8 @@ def test_cancel_mid_stream_returns_cancelled_and_nothing_of_the_turn_follows(
                 await asyncio.sleep(0.01)
             await editor.conn.cancel(session_id=sid)
             assert await prompt == "cancelled"
+            # Issue 29 defect 13: the cancel is the stop reason, not agent text.
+            assert "interrupted" not in editor.client.agent_text(sid)
             settled = len(editor.client.wire)
             gate.set()
             await asyncio.sleep(0.3)

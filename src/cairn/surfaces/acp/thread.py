@@ -267,6 +267,8 @@ class Thread:
             case UsageUpdate(latest_total_tokens=tokens, window=window):
                 if window:
                     self.send(updates.usage(tokens, window))
+            case Notice(code="cancelled"):
+                pass  # the prompt's stop reason, ``cancelled``, says it: no agent text
             case Notice(text=text):
                 if self._compaction is not None:
                     self._compaction.problem = text
