@@ -55,9 +55,10 @@ CLAUDE = FIXTURES / "formats" / "claude-code.jsonl"
 CODEX = FIXTURES / "formats" / "codex-rollout.jsonl"
 DEMO = ROOT / "examples" / "sessions" / "ctf-web-i_got_id_demo.traj"
 
-SHARED = ROOT.parent / "shared"
-SHARED_SESSIONS = SHARED / "data" / "sessions"
-shared = pytest.mark.skipif(not SHARED_SESSIONS.is_dir(), reason="../shared is not present")
+#: The full recordings the fixtures above are cut from, shipped with their
+#: licenses (a copy of the shared data, so that no test needs ``../shared``).
+RECORDED = FIXTURES.parent / "recorded"
+SHARED_SESSIONS = RECORDED / "sessions"
 
 FIXTURE_FORMATS = {
     PYDICOM: "swe-agent",
@@ -644,7 +645,6 @@ def test_fixture_files_have_licence_and_source() -> None:
     assert (DEMO.parent / "LICENSE").is_file() and (DEMO.parent / "SOURCE.md").is_file()
 
 
-@shared
 def test_fixtures_match_the_shared_copies() -> None:
     manifest = orjson.loads((SHARED_SESSIONS / "manifest.json").read_bytes())
     digests = {entry["file"]: entry["sha256"] for entry in manifest}
@@ -659,7 +659,7 @@ def test_fixtures_match_the_shared_copies() -> None:
     tau = (SHARED_SESSIONS / "tau-bench" / "gpt-4o-airline.json").read_bytes()
     excerpt = TAU.read_bytes()
     assert tau.startswith(excerpt[: -len(b"\n]\n")])
-    formats = SHARED / "data" / "formats"
+    formats = RECORDED / "formats"
     for path in (CLAUDE, CODEX):
         assert path.read_bytes() == (formats / path.name).read_bytes()
 
@@ -669,12 +669,9 @@ def test_fixtures_match_the_shared_copies() -> None:
 
 
 def _manifest() -> list[dict[str, object]]:
-    if not SHARED_SESSIONS.is_dir():
-        return []
     return list(orjson.loads((SHARED_SESSIONS / "manifest.json").read_bytes()))
 
 
-@shared
 @pytest.mark.parametrize("entry", _manifest(), ids=lambda e: str(e["file"]))
 def test_shared_session_files(entry: dict[str, object]) -> None:
     path = SHARED_SESSIONS / str(entry["file"])
@@ -695,7 +692,6 @@ def test_shared_session_files(entry: dict[str, object]) -> None:
         assert kept == entry["messages"] and result.warnings == ()
 
 
-@shared
 def test_shared_openhands_sessions() -> None:
     path = SHARED_SESSIONS / "openhands" / "multi-swe-bench-output.jsonl"
     result = import_sessions(path)
@@ -719,7 +715,6 @@ def test_shared_openhands_sessions() -> None:
     assert max(all_peaks) == 33_459
 
 
-@shared
 def test_shared_tau_bench_session_selection() -> None:
     path = SHARED_SESSIONS / "tau-bench" / "gpt-4o-airline.json"
     picked = only(import_sessions(path, session=50))

@@ -57,7 +57,8 @@ from cairn.replay.report import CSV_FIELDS, summary_json, write_report
 from cairn.replay.session import RecordedSession
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO.parent / "shared" / "data"
+#: The shared data's recordings, shipped with their licenses in the tests' fixtures.
+SHARED_DATA = REPO / "tests" / "fixtures" / "recorded"
 SUFFIXES = (".json", ".jsonl", ".traj")
 
 
@@ -372,16 +373,15 @@ def test_the_command_shows_continuity_and_a_dash_without_compaction(tmp_path: Pa
 def shared_files() -> list[Path]:
     found: list[Path] = []
     for folder in (SHARED_DATA / "sessions", SHARED_DATA / "formats"):
-        if folder.is_dir():
-            found += sorted(
-                p
-                for p in folder.rglob("*")
-                if p.is_file() and p.suffix in SUFFIXES and p.name != "manifest.json"
-            )
+        found += sorted(
+            p
+            for p in folder.rglob("*")
+            if p.is_file() and p.suffix in SUFFIXES and p.name != "manifest.json"
+        )
+    assert found, f"no recordings under {SHARED_DATA}"
     return found
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "sessions").is_dir(), reason="../shared is not present")
 @pytest.mark.parametrize("window", [8_192, 16_384, 32_768, 131_072])
 @pytest.mark.parametrize("path", shared_files(), ids=lambda p: p.name)
 def test_every_shared_session_keeps_full_continuity(
