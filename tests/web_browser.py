@@ -14,7 +14,11 @@ packages); playwright never downloads one. Use::
         load(page, server)
 
 The page records every frame it sends in ``window.__sent`` and every use of
-``Notification`` in ``window.__notified``, so a test can say what it did not send.
+``Notification`` in ``window.__notified``, so a test can say what it did not send;
+every ``alert``/``confirm``/``prompt`` in ``window.__alerted`` and every
+Content-Security-Policy violation (an inline handler or script the policy stopped, a
+load from elsewhere) in ``window.__violations``, so a test can say that nothing ran
+or even tried to.
 ``window.__hold = "history"`` keeps the frames of that type from the server (in
 ``window.__held``) until ``window.__release()`` sends them: the page has asked, the
 answer is not there yet, and the test can look at the page in between.
@@ -71,6 +75,14 @@ window.Notification = class {
                                return Promise.resolve("denied"); }
 };
 window.Notification.permission = "default";
+window.__alerted = [];
+for (const name of ["alert", "confirm", "prompt"]) {
+  window[name] = (...args) => { window.__alerted.push([name, ...args]); };
+}
+window.__violations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__violations.push(`${event.violatedDirective} ${event.blockedURI} ${event.sample}`);
+});
 """
 
 
@@ -275,6 +287,15 @@ def total_rows(page: Page, pane_id: str) -> int:
     """How many rows the pane's list holds (rendered or not)."""
     value = pane(page, pane_id).locator(".spacer").get_attribute("data-rows")
     return int(value or 0)
+
+
+def paste(page: Page, box: Locator, text: str) -> None:
+    """Paste ``text`` into ``box`` at its cursor, as the user does: through the system
+    clipboard and Ctrl+V, so the page sees a real, trusted paste event."""
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.evaluate("(text) => navigator.clipboard.writeText(text)", text)
+    box.focus()
+    box.press("ControlOrMeta+V")
 
 
 def sent(page: Page) -> list[dict[str, Any]]:

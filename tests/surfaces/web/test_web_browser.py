@@ -1,7 +1,10 @@
 """``cairn web``'s page in a real headless Chromium (seed 004's browser stories): the
 compaction hint and its tail, split panes working in parallel, the guard, a resumed
 history with three compactions, a 10,000-message session paged in as the user scrolls
-up, the token, permissions.
+up, the token, permissions; and issue 29's: answers and summaries as markdown, a large
+paste folded to its label in the prompt box and in the list, the sidebar at 390 px, a
+new chat listed by its first prompt during its first turn, one highlighted session per
+tab.
 
 The server is the real app under uvicorn, the model the local OpenAI server; a held
 reply (``Reply(hold=..., hold_after=...)``) stops a stream at an exact character, so
@@ -23,6 +26,13 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin, Subprotocol
 
+from cairn.agent.paste import (
+    FOLDED_HEAD_LINES,
+    PASTE_CHARS,
+    PASTE_LINES,
+    is_large_paste,
+    paste_label,
+)
 from cairn.messages import ToolCall, assistant, tool_result, user
 from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.tail import stream_tail
@@ -43,6 +53,7 @@ from web_browser import (  # noqa: F401  (the fixtures register themselves by im
     load,
     page_fixture,
     pane,
+    paste,
     rows,
     screenshot,
     sent,
@@ -659,6 +670,7 @@ def test_without_the_token_the_page_shows_nothing_and_the_socket_is_refused(
     protocols = [PROTOCOL, Subprotocol(f"cairn.token.{TOKEN}")]
     with connect(server.socket, origin=origin, subprotocols=protocols, open_timeout=10) as ws:
         assert ws.subprotocol == PROTOCOL  # the token is never echoed
+        assert json.loads(ws.recv(timeout=10))["type"] == "config"  # always the first frame
         ws.send(json.dumps({"type": "list"}))
         assert json.loads(ws.recv(timeout=10))["type"] == "sessions"
     # The printed address: the page drops the token from the address bar.
@@ -776,3 +788,260 @@ def test_a_second_worker_shows_a_session_the_first_is_writing_read_only_and_live
         screenshot(other, "web-follower")
     finally:
         context.close()
+
+
+# -- issue 29: markdown, pasted blocks, the sidebar ------------------------------------------
+
+MARKDOWN = """Here is the fix:
+
+1. open `calc.py`
+2. change the operator
+
+| file | change |
+|:-----|-------:|
+| calc.py | 1 line |
+
+```python
+def add(a, b):
+    return a + b
+```
+
+See [the docs](https://docs.python.org/3/) for **more**."""
+
+
+def text_of(page: Page, selector: str) -> str | None:
+    """The exact ``textContent`` of the first match (playwright's matchers fold whitespace)."""
+    found: str | None = page.evaluate(
+        "(selector) => document.querySelector(selector)?.textContent ?? null", selector
+    )
+    return found
+
+
+def test_answers_and_summaries_render_as_markdown_with_highlighted_code(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    model.answer = lambda body: MARKDOWN
+    load(page, web())
+    converse(page, "p1", 1, prefix="**how** do I fix")
+    answer = pane(page, "p1").locator(".row.assistant .text.markdown").last
+    expect(answer.locator("ol > li")).to_have_text(["open calc.py", "change the operator"])
+    expect(answer.locator("ol code")).to_have_text("calc.py")
+    expect(answer.locator("table th")).to_have_text(["file", "change"])
+    expect(answer.locator("table td.align-right")).to_have_text("1 line")
+    keyword = answer.locator("pre code span.k").first
+    expect(keyword).to_have_text("def")
+    # The highlight stylesheet is served and colours the tokens apart from plain code.
+    colours = answer.locator("pre code").evaluate(
+        """(code) => [getComputedStyle(code.querySelector(".k")).color,
+                      getComputedStyle(code.querySelector(".nf")).color,
+                      getComputedStyle(code).color]"""
+    )
+    assert len(set(colours)) == 3, colours
+    link = answer.locator("a")
+    expect(link).to_have_attribute("href", "https://docs.python.org/3/")
+    expect(link).to_have_attribute("target", "_blank")
+    expect(link).to_have_attribute("rel", re.compile(r"\bnoopener\b"))
+    expect(answer.locator("strong")).to_have_text("more")
+    # What the user typed is shown as typed, never as markdown.
+    bubble = pane(page, "p1").locator(".row.user .bubble")
+    expect(bubble).to_have_text("**how** do I fix 0 about calc.py")
+    expect(bubble.locator("strong")).to_have_count(0)
+
+    model.answer = lambda body: ANSWER  # enough context for the summary to be smaller
+    converse(page, "p1", 3)
+    compact(page, "p1")
+    block = pane(page, "p1").locator(".compact-block")
+    block.locator("summary").click()
+    summary = block.locator(".summary-text.markdown")
+    expect(summary.locator("h2")).to_have_text(["Objective: explain calc.py", "Files", "Next"])
+    assert page.evaluate("window.__violations") == []
+
+
+def test_a_large_paste_is_its_label_in_the_box_is_sent_whole_and_folds_in_the_list(
+    web: Callable[..., WebServer], page: Page, model: Model, openai_server: OpenAIServer
+) -> None:
+    model.answer = lambda body: "read it"
+    server = web()
+    load(page, server)
+    box = pane(page, "p1").locator("textarea.prompt")
+    pasted = "\n".join(f"log line {n}" for n in range(1, 2001))
+    box.fill("look at this: ")
+    paste(page, box, pasted)
+    label = paste_label(1, pasted)
+    assert label == "[Pasted text #1 · 2,000 lines]"
+    expect(box).to_have_value(f"look at this: {label}")
+    wide = "w" * (PASTE_CHARS + 500)
+    box.press_sequentially(" and ")
+    paste(page, box, wide)
+    second = paste_label(2, wide)
+    assert second == "[Pasted text #2 · 2,500 characters]"
+    expect(box).to_have_value(f"look at this: {label} and {second}")
+    small = "two\nlines"  # under the threshold: pasted as it is
+    box.press_sequentially(" ")
+    paste(page, box, small)
+    expect(box).to_have_value(f"look at this: {label} and {second} {small}")
+    grown(page, "p1", lambda: box.press("Enter"), 2)
+    whole = f"look at this: {pasted} and {wide} {small}"
+    assert [f["text"] for f in sent(page) if f["type"] == "prompt"] == [whole]
+    assert last_user(openai_server.bodies[-1]) == whole  # the model got every line
+    expect(box).to_have_value("")
+
+    def folded_as_it_should() -> None:
+        fold = pane(page, "p1").locator(".row.user details.fold")
+        expect(fold).to_have_count(1)
+        head = ".pane[data-pane='p1'] .row.user .fold-head"
+        lines = whole.split("\n")[:FOLDED_HEAD_LINES]
+        assert text_of(page, head) == "\n".join(lines)
+        expect(fold.locator(".fold-label")).to_have_text(paste_label(1, whole))
+        expect(fold.locator(".fold-body")).to_be_hidden()
+        fold.locator("summary").click()  # expanded: the whole message, the head gone
+        expect(fold.locator(".fold-body")).to_be_visible()
+        expect(fold.locator(".fold-head")).to_be_hidden()
+        assert text_of(page, ".pane[data-pane='p1'] .row.user .fold-body") == whole
+        fold.locator("summary").click()
+        expect(fold.locator(".fold-body")).to_be_hidden()
+
+    folded_as_it_should()
+    # A short message is not folded.
+    converse(page, "p1", 1, prefix="short")
+    expect(pane(page, "p1").locator(".row.user details.fold")).to_have_count(1)
+    # Resumed, the session folds the same way (the history comes folded from the server).
+    session_id = session_of(page, "p1")
+    page.locator("#new-chat").click()
+    page.locator(f'.pane[data-pane="p1"]:not([data-session="{session_id}"])').wait_for()
+    page.locator(f'#sessions .session[data-session="{session_id}"]').click()
+    page.locator(f'.pane[data-pane="p1"][data-session="{session_id}"]').wait_for()
+    folded_as_it_should()
+
+
+def test_the_page_folds_pastes_by_the_server_s_numbers_not_a_copy(
+    web: Callable[..., WebServer], page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's rule changed (5 lines, 100 characters): the page follows it at once."""
+    monkeypatch.setattr("cairn.surfaces.web.frames.PASTE_LINES", 5)
+    monkeypatch.setattr("cairn.surfaces.web.frames.PASTE_CHARS", 100)
+    load(page, web())
+    box = pane(page, "p1").locator("textarea.prompt")
+    five, six = "\n".join("abcde"), "\n".join("abcdef")
+    paste(page, box, five)
+    expect(box).to_have_value(five)
+    box.fill("")
+    paste(page, box, six)
+    expect(box).to_have_value("[Pasted text #1 · 6 lines]")
+    box.fill("")
+    paste(page, box, "x" * 101)
+    expect(box).to_have_value("[Pasted text #1 · 101 characters]")
+
+
+def test_the_page_s_paste_label_matches_the_python_rule(
+    web: Callable[..., WebServer], page: Page
+) -> None:
+    load(page, web())
+    texts = [
+        "",
+        "x",
+        "\n".join(["a"] * PASTE_LINES),
+        "\n".join(["a"] * (PASTE_LINES + 1)),
+        "\n" * PASTE_LINES,
+        "y" * PASTE_CHARS,
+        "y" * (PASTE_CHARS + 1),
+        "🙂" * PASTE_CHARS,  # characters as Python counts them, not UTF-16 units
+        "🙂" * (PASTE_CHARS + 1),
+        "\n".join(["b" * 300] * 10),
+        "\n".join(["c"] * 123_456),
+    ]
+    rule = {"lines": PASTE_LINES, "chars": PASTE_CHARS}
+    shown = page.evaluate(
+        """async ([texts, rule]) => { const paste = await import('/static/paste.js');
+           return texts.map((t, i) => [paste.isLargePaste(t, rule),
+                                       paste.pasteLabel(i + 1, t, rule)]); }""",
+        [texts, rule],
+    )
+    assert shown == [[is_large_paste(t), paste_label(n, t)] for n, t in enumerate(texts, 1)]
+
+
+def test_at_390_px_the_sidebar_folds_behind_a_toggle_and_the_chat_gets_the_width(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    """Issue 29: at 390 px the sidebar kept ~255 px and the chat ~130 px, no way to hide it."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    load(page, web())
+    converse(page, "p1", 1, prefix="the first chat")
+    first = session_of(page, "p1")
+    messages = pane(page, "p1").locator(".messages").bounding_box()
+    assert messages is not None and messages["width"] >= 360, messages
+    sidebar, toggle = page.locator("#sidebar"), page.locator("#sidebar-toggle")
+    expect(sidebar).to_be_hidden()
+    expect(toggle).to_be_visible()
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    toggle.click()
+    expect(sidebar).to_be_visible()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    page.locator("#new-chat").click()  # acts, and gives the chat its width back
+    expect(sidebar).to_be_hidden()
+    page.locator(f'.pane[data-pane="p1"]:not([data-session="{first}"])').wait_for()
+    toggle.click()
+    page.locator(f'#sessions .session[data-session="{first}"]').click()
+    expect(sidebar).to_be_hidden()
+    page.locator(f'.pane[data-pane="p1"][data-session="{first}"]').wait_for()
+    toggle.click()
+    expect(sidebar).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(sidebar).to_be_hidden()
+    # Wide again: the sidebar is always there, no toggle.
+    page.set_viewport_size({"width": 1400, "height": 900})
+    expect(sidebar).to_be_visible()
+    expect(toggle).to_be_hidden()
+
+
+def test_a_new_chat_is_listed_by_its_first_prompt_during_its_first_turn(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    """Issue 29: it said "(no prompt yet) · 0 messages" until the first turn ended."""
+    load(page, web())
+    gate = model.hold_answer()
+    prompt = "slow: what does calc.py do?"
+    submit(page, "p1", prompt)
+    busy(page, "p1")
+    current = page.locator("#sessions .session.current")
+    expect(current.locator(".first-prompt")).to_have_text(prompt)
+    expect(current.locator(".count")).to_have_text("1 message")
+    expect(pane(page, "p1").locator(".pane-head .title")).to_have_text(prompt)
+    assert "busy" in (pane(page, "p1").get_attribute("class") or "")  # still the first turn
+    gate.set()
+    idle(page, "p1")
+
+
+#: The sidebar's items that look highlighted: bordered like the current session.
+HIGHLIGHTED = """() => {
+  const items = [...document.querySelectorAll("#sessions .session")];
+  const current = document.querySelector("#sessions .session.current");
+  const accent = getComputedStyle(current).borderTopColor;
+  return items.filter((item) => getComputedStyle(item).borderTopColor === accent)
+    .map((item) => item.dataset.session);
+}"""
+
+
+def test_in_a_second_tab_only_its_own_current_session_is_highlighted(
+    web: Callable[..., WebServer], page: Page, model: Model
+) -> None:
+    """Issue 29: the second tab's click on the first tab's session is refused, and the
+    item under the pointer was bordered like the current one: two highlighted."""
+    server = web()
+    load(page, server)
+    converse(page, "p1", 1, prefix="the first tab")
+    first = session_of(page, "p1")
+    second = page.context.new_page()
+    try:
+        load(second, server)
+        converse(second, "p1", 1, prefix="the second tab")
+        own = session_of(second, "p1")
+        other = second.locator(f'#sessions .session[data-session="{first}"]')
+        other.click()  # open in the first tab: refused, the pointer stays on it
+        expect(pane(second, "p1").locator(".note")).to_contain_text("open in another pane")
+        assert session_of(second, "p1") == own
+        expect(second.locator("#sessions .session.current")).to_have_count(1)
+        assert second.evaluate(HIGHLIGHTED) == [own]
+        assert page.evaluate(HIGHLIGHTED) == [first]
+    finally:
+        second.close()

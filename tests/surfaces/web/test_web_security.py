@@ -9,6 +9,9 @@ and ``cairn web --open`` as a subprocess.
 - ``--open`` puts no secret on a command line: it opens a private file.
 - A page that floods the server with ``list`` frames and never reads holds up no other
   page; the listing is read off the event loop; a page that does not read is cut off.
+- Nothing the model writes runs in the page: an answer and a compaction summary full of
+  HTML and markdown payloads render as sanitized markdown, and Chromium records no
+  script run, no dialog, no Content-Security-Policy violation.
 """
 
 from __future__ import annotations
@@ -43,14 +46,18 @@ from cairn.surfaces.web.server import CLOSE_TOO_SLOW
 from long_session import LONG, write_long_session
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
+    Reply,
     openai_server_fixture,
 )
 from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
     TOKEN,
     WebServer,
     browser_fixture,
+    idle,
     load,
     page_fixture,
+    pane,
+    submit,
     web_fixture,
 )
 
@@ -388,3 +395,91 @@ def test_a_page_that_does_not_read_is_cut_off_and_holds_up_no_other(
                 slow.recv(timeout=WAIT_S)
         assert closed.value.rcvd is not None
         assert closed.value.rcvd.code == CLOSE_TOO_SLOW
+
+
+# -- nothing the model writes runs --------------------------------------------------------
+
+#: Markdown and HTML that would run script, load something or restyle the page if the
+#: page inserted them as they are; each would set ``window.__pwned`` or call ``alert``.
+PAYLOADS = "\n\n".join(
+    [
+        "# Payloads",
+        "<img src=x onerror=\"window.__pwned='img'\">",
+        "<script>window.__pwned = 'script'</script>",
+        "<svg onload=\"window.__pwned='svg'\"></svg>",
+        "<iframe src=\"javascript:window.__pwned='iframe'\"></iframe>",
+        "<a href=\"javascript:window.__pwned='raw link'\" id=rawlink>raw link</a>",
+        "<details open ontoggle=\"window.__pwned='details'\">x</details>",
+        '<div style="position:fixed;inset:0;background:red" id=cover>cover</div>',
+        "<style>body { display: none }</style>",
+        "[md link](javascript:alert('md link'))",
+        "[md link upper](JaVaScRiPt:alert('upper'))",
+        "[entity link](&#106;avascript:alert('entity'))",
+        "[data link](data:text/html,<script>alert('data')</script>)",
+        "[relative link](/ws)",
+        "<javascript:alert('autolink')>",
+        "![image](x\\\" onerror=\\\"alert('image'))",
+        "![tracker](http://127.0.0.1:9/track.png)",
+        '[title](https://example.com "x\\" onmouseover=\\"alert(\'title\')")',
+        "```\\\"><img src=x onerror=alert('info')>\nx = 1\n```",
+        "| a | b |\n|---|---|\n| <img src=x onerror=alert('cell')> | [c](javascript:alert('c')) |",
+    ]
+)
+
+#: What must be absent from every rendered answer and summary.
+UNSAFE_IN_DOM = """(root) => {
+  const found = [];
+  for (const el of root.querySelectorAll("*")) {
+    const tag = el.tagName.toLowerCase();
+    if (["script", "img", "svg", "iframe", "style", "details", "object", "embed",
+         "form", "input", "link", "meta", "base"].includes(tag)) found.push(tag);
+    for (const attr of el.attributes) {
+      if (/^on/i.test(attr.name) || ["style", "src", "id"].includes(attr.name)) {
+        found.push(`${tag}[${attr.name}]`);
+      }
+    }
+    if (tag === "a") {
+      if (el.hasAttribute("href") && !/^(https?|mailto):/.test(el.getAttribute("href"))) {
+        found.push(`a[href=${el.getAttribute("href")}]`);
+      }
+      if (!/\\bnoopener\\b/.test(el.rel) || el.target !== "_blank") found.push("a: opener");
+    }
+  }
+  return found;
+}"""
+
+
+def test_no_payload_in_an_answer_or_a_summary_runs_in_chromium(
+    web: Callable[..., WebServer], page: Page, openai_server: OpenAIServer
+) -> None:
+    def reply(body: dict[str, Any]) -> Reply:
+        last = str(body["messages"][-1].get("content"))
+        if "TEXT ONLY" in last:  # the compaction's fork: the summary holds them too
+            return Reply(text=f"<summary>{PAYLOADS}</summary>")
+        return Reply(text=PAYLOADS)
+
+    openai_server.respond_with(reply)
+    load(page, web())
+    for n in range(3):
+        submit(page, "p1", f"question {n}")
+        idle(page, "p1")
+    submit(page, "p1", "/compact")
+    block = pane(page, "p1").locator(".compact-block")
+    block.wait_for()
+    idle(page, "p1")
+    block.locator("summary").click()
+    rendered = page.locator(".pane[data-pane='p1'] .markdown")
+    assert rendered.count() >= 2  # answers and the summary, as markdown
+    summary = block.locator(".summary-text.markdown")
+    for root in (rendered.first, summary):
+        # The payloads are there, as words: nothing was silently lost.
+        assert "onerror" in (root.text_content() or "")
+        assert root.evaluate(UNSAFE_IN_DOM) == []
+        for link in root.locator("a").all():
+            link.hover()  # an onmouseover would fire now
+    assert page.locator("#cover").count() == 0 and page.locator("#rawlink").count() == 0
+    assert page.locator("body").is_visible()  # no <style> hid it
+    assert page.evaluate("window.__pwned ?? null") is None
+    assert page.evaluate("window.__alerted") == []
+    assert page.evaluate("window.__violations") == []  # nothing even tried to run or load
+    assert pane(page, "p1").locator(".row.assistant .text:not(.markdown)").count() == 0

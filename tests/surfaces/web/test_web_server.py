@@ -196,6 +196,7 @@ def test_a_request_for_another_host_is_refused_even_with_the_token(
             assert client.get("/", headers={"host": host}).status_code == 200, host
             headers = {"origin": f"http://{host}", "host": host}
             with client.websocket_connect(SOCKET, PROTOCOLS, headers=headers) as socket:
+                assert socket.receive_json()["type"] == "config"  # the first frame, always
                 socket.send_text(json.dumps({"type": "list"}))
                 assert socket.receive_json()["type"] == "sessions"
 

@@ -4,8 +4,9 @@ A starlette app on 127.0.0.1 serves a static page (plain ES modules in
 ``static/``, no build step) that talks to the server over one WebSocket,
 which needs the random token ``cairn web`` prints in the address's fragment
 (no cookie; ``server`` says why): each pane of the page is its own session,
-and the sessions' events reach it in their one wire form (``event_to_wire``).
-Needs the ``web`` extra (starlette, uvicorn, websockets).
+and the sessions' events reach it in their one wire form (``event_to_wire``),
+answers and summaries beside it as sanitized markdown (``markdown``). Needs the
+``web`` extra (starlette, uvicorn, websockets; markdown-it-py, pygments, nh3).
 """
 
 from typing import TYPE_CHECKING

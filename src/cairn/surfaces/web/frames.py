@@ -1,18 +1,89 @@
-"""The server's frames every kind of pane sends: ``opened``, ``history`` and ``state``.
+"""The server's frames every kind of pane sends: ``opened``, ``history``, ``state``, ``event``.
 
 A pane that writes its session (``hub.Pane``) and one that follows a session
 another process writes (``watch.Watch``) show the same page, so they build
 these frames here, in one form.
+
+A message goes out in its one wire form (``message_to_wire``) with what the
+page needs to show it beside it, worked out here so that the page holds no
+rule of its own:
+
+- ``html``: an answer's or a compaction summary's text as sanitized markdown
+  (``markdown.render_markdown``), the only HTML the page ever inserts;
+- ``fold``: for a user message as long as a paste to fold
+  (``cairn.agent.paste``, the rule every surface shares), its ``label`` and
+  the ``head`` (first lines) it shows while folded.
+
+``config_frame`` is the first frame on every socket: the paste rule's numbers,
+which the prompt box folds a paste by.
 """
 
 from __future__ import annotations
 
 from cairn.agent.agent_session import SessionUsage
-from cairn.agent.events import message_to_wire
-from cairn.messages import JSONObject, JSONValue
+from cairn.agent.events import (
+    CompactBlockAdded,
+    Event,
+    MessageAdded,
+    event_to_wire,
+    message_to_wire,
+)
+from cairn.agent.paste import (
+    FOLDED_HEAD_LINES,
+    PASTE_CHARS,
+    PASTE_LINES,
+    is_large_paste,
+    paste_label,
+)
+from cairn.messages import KIND_CHAT, KIND_COMPACT_SUMMARY, JSONObject, JSONValue, Message
 from cairn.store import UiPage
+from cairn.surfaces.web.markdown import render_markdown
 
-__all__ = ["history_frame", "opened_frame", "state_frame", "usage_json"]
+__all__ = [
+    "config_frame",
+    "event_frame",
+    "history_frame",
+    "message_json",
+    "opened_frame",
+    "state_frame",
+    "usage_json",
+]
+
+
+def config_frame() -> JSONObject:
+    """What the page needs before anything else: the paste rule's numbers (never a copy
+    in the page's scripts, which could drift from ``cairn.agent.paste``)."""
+    return {
+        "type": "config",
+        "paste": {"lines": PASTE_LINES, "chars": PASTE_CHARS, "headLines": FOLDED_HEAD_LINES},
+    }
+
+
+def message_json(message: Message) -> JSONObject:
+    """``message`` in its wire form, with its ``html`` or its ``fold`` when it has one."""
+    wire = message_to_wire(message)
+    kind = message.meta.kind
+    text = message.text
+    if text and (
+        kind == KIND_COMPACT_SUMMARY or (kind == KIND_CHAT and message.role == "assistant")
+    ):
+        wire["html"] = render_markdown(text)
+    elif kind == KIND_CHAT and message.role == "user" and is_large_paste(text):
+        wire["fold"] = {
+            "label": paste_label(1, text),
+            "head": "\n".join(text.split("\n")[:FOLDED_HEAD_LINES]),
+        }
+    return wire
+
+
+def event_frame(pane_id: str, event: Event) -> JSONObject:
+    """One of the session's events for the pane, a message in it as ``message_json`` has it."""
+    wire = event_to_wire(event)
+    if isinstance(event, MessageAdded):
+        wire["message"] = message_json(event.message)
+    elif isinstance(event, CompactBlockAdded):
+        wire["block"] = message_json(event.block)
+    return {"type": "event", "pane": pane_id, "event": wire}
 
 
 def usage_json(usage: SessionUsage) -> JSONObject:
@@ -77,4 +148,4 @@ def history_frame(pane_id: str, session_id: str, page: UiPage) -> JSONObject:
 
 
 def _messages(page: UiPage) -> list[JSONValue]:
-    return [message_to_wire(m) for m in page.messages]
+    return [message_json(m) for m in page.messages]

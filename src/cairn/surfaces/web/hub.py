@@ -40,12 +40,7 @@ from pathlib import Path
 
 from cairn.agent.agent_session import AgentSession, SessionBusyError
 from cairn.agent.commands import HELP, parse_command
-from cairn.agent.events import (
-    CompactBlockAdded,
-    Event,
-    StatusChange,
-    event_to_wire,
-)
+from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, StatusChange
 from cairn.agent.loop import TurnError
 from cairn.agent.session import PERMISSION_DECISIONS, Runtime
 from cairn.agent.settings import Settings
@@ -55,7 +50,7 @@ from cairn.messages import JSONObject, JSONValue
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import TranscriptLockedError, UiPage
 from cairn.store.paths import is_session_id
-from cairn.surfaces.web.frames import history_frame, opened_frame, state_frame
+from cairn.surfaces.web.frames import event_frame, history_frame, opened_frame, state_frame
 from cairn.surfaces.web.listing import SessionList
 from cairn.surfaces.web.watch import Watch
 
@@ -428,9 +423,13 @@ class Hub:
     def _on_event(self, pane: Pane, event: Event) -> None:
         if self.panes.get(pane.id) is not pane:
             return  # a session this pane no longer shows
-        self._send({"type": "event", "pane": pane.id, "event": event_to_wire(event)})
+        self._send(event_frame(pane.id, event))
         if isinstance(event, StatusChange | CompactBlockAdded):
             self._state(pane)
+        if isinstance(event, MessageAdded) and event.message.role == "user":
+            # Stored as it is published: the sidebar shows the new chat by its first
+            # prompt now, not "(no prompt yet)" until the turn ends.
+            self._sessions_changed(pane.agent.id)
 
     def refresh_guards(self) -> None:
         """Resend the guard of every pane whose bit changed (a background task ended)."""

@@ -44,8 +44,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from cairn.messages import JSONObject
+from cairn.surfaces.web.frames import config_frame
 from cairn.surfaces.web.hub import Hub, OpenSessions, WebSetup
 from cairn.surfaces.web.listing import SessionList
+from cairn.surfaces.web.markdown import highlight_css
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +172,12 @@ def create_app(
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
+    # Made from the Pygments that highlights the code, so the two never disagree.
+    highlight = highlight_css()
+
+    async def highlight_stylesheet(request: Request) -> Response:
+        return Response(highlight, media_type="text/css")
+
     def sessions_changed(session_id: str) -> None:
         session_list.forget(session_id)
         for hub in list(hubs):
@@ -188,6 +196,7 @@ def create_app(
                 # cut the page off instead; it reconnects and opens its panes again.
                 too_slow.set()
 
+        send(config_frame())  # before anything else: the page folds pastes by it
         hub = Hub(setup, send, open_sessions, sessions_changed, session_list)
         hubs.add(hub)
         writer = asyncio.create_task(_write(websocket, outbox))
@@ -213,6 +222,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/", index),
+            Route("/static/highlight.css", highlight_stylesheet),
             WebSocketRoute("/ws", socket),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]

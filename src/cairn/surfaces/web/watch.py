@@ -20,12 +20,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from cairn.agent.agent_session import SessionUsage
-from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, event_to_wire
+from cairn.agent.events import CompactBlockAdded, Event, MessageAdded
 from cairn.agent.session import Runtime
 from cairn.errors import CairnError
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONObject, Message
 from cairn.store import Record, UiPage, ui_entries, ui_page
-from cairn.surfaces.web.frames import opened_frame, state_frame
+from cairn.surfaces.web.frames import event_frame, opened_frame, state_frame
 
 __all__ = ["Watch"]
 
@@ -132,7 +132,7 @@ class Watch:
         return stores.follow(workspace, self.session_id, timeout=timeout)
 
     def _post_event(self, event: Event) -> None:
-        self._post({"type": "event", "pane": self.id, "event": event_to_wire(event)})
+        self._post(event_frame(self.id, event))
 
     def _post(self, frame: JSONObject) -> None:
         """Hand a frame to the loop's writer, unless the pane stopped following meanwhile."""

@@ -1,5 +1,7 @@
 // The page: the token, the one WebSocket, the sidebar of sessions and the panes side
 // by side. The focused pane (the one last clicked) is where the sidebar and New chat act.
+// On a narrow screen the sidebar is folded away behind a toggle (style.css decides
+// when), so the panes get the width; choosing a session or New chat folds it again.
 
 import { countLabel, oneLine } from "./labels.js";
 import { element } from "./rows.js";
@@ -31,18 +33,29 @@ const newChat = document.getElementById("new-chat");
 const split = document.getElementById("split");
 const main = document.getElementById("panes");
 const banner = document.getElementById("connection");
+const toggle = document.getElementById("sidebar-toggle");
 
 const panes = new Map();
 let focused = null;
 let sessions = [];
 let next = 1;
+// The server's paste rule ({lines, chars, headLines}: its `config` frame); until it
+// comes, a paste goes into the prompt box as it is.
+let pasteRule = null;
 
 const host = {
   send: (frame) => connection.send(frame),
   focus: (pane) => focus(pane),
   close: (pane) => closePane(pane),
   guardChanged: () => drawControls(),
+  pasteRule: () => pasteRule,
 };
+
+// The sidebar shown over the panes, or folded away (only a narrow screen folds it).
+function showSidebar(shown) {
+  document.body.classList.toggle("sidebar-open", shown);
+  toggle.setAttribute("aria-expanded", String(shown));
+}
 
 function addPane() {
   const pane = new Pane(`p${next++}`, host);
@@ -82,6 +95,7 @@ function openSession(sessionId) {
   }
   if (focused.working) return;
   connection.send({ type: "open", pane: focused.id, sessionId });
+  showSidebar(false);
 }
 
 function drawControls() {
@@ -120,6 +134,10 @@ function drawSessions() {
 }
 
 function onFrame(frame) {
+  if (frame.type === "config") {
+    pasteRule = frame.paste ?? null;
+    return;
+  }
   if (frame.type === "sessions") {
     sessions = frame.sessions;
     drawSessions();
@@ -180,8 +198,18 @@ const connection = new Connection(
 newChat.addEventListener("click", () => {
   if (focused.working) return;
   connection.send({ type: "open", pane: focused.id, sessionId: null });
+  showSidebar(false);
   focused.prompt.focus();
 });
-split.addEventListener("click", () => addPane().prompt.focus());
+split.addEventListener("click", () => {
+  showSidebar(false);
+  addPane().prompt.focus();
+});
+toggle.addEventListener("click", () => showSidebar(!document.body.classList.contains("sidebar-open")));
+// A touch on the panes, or Escape, folds the sidebar away again.
+main.addEventListener("pointerdown", () => showSidebar(false));
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && document.body.classList.contains("sidebar-open")) showSidebar(false);
+});
 
 addPane().prompt.focus();

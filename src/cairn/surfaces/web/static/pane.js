@@ -1,6 +1,10 @@
 // One pane: a session's history (virtualized), the cursor and the compaction hint
 // after it, permission requests, the prompt box and the context meter.
 //
+// A paste over the server's threshold (`host.pasteRule()`, from its `config` frame)
+// goes into the prompt box as its label, "[Pasted text #1 · 2,000 lines]", and the
+// prompt is sent with every label still in it replaced by its whole paste.
+//
 // A long history comes a page at a time: `opened` holds its end, from position
 // `start` on; when the view nears the top of the list and `start > 0`, the pane asks
 // for the page before it (`history`) and puts it before every row, keeping the rows
@@ -8,6 +12,7 @@
 // is on its way is neither lost nor repeated.
 
 import { countLabel, meterText } from "./labels.js";
+import { isLargePaste, Pastes } from "./paste.js";
 import { cursor, element, renderRow } from "./rows.js";
 import { compactionHint } from "./tail.js";
 import { Transcript } from "./transcript.js";
@@ -24,7 +29,7 @@ const PLACEHOLDER = "Ask Cairn, or /help";
 const READ_ONLY_PLACEHOLDER = "Read-only: another process is writing this session";
 
 export class Pane {
-  // `host`: {send(frame), focus(pane), close(pane), guardChanged(pane)}
+  // `host`: {send(frame), focus(pane), close(pane), guardChanged(pane), pasteRule()}
   constructor(id, host) {
     this.id = id;
     this.host = host;
@@ -38,6 +43,8 @@ export class Pane {
     this.compactionText = "";
     this.permissions = [];
     this.transcript = new Transcript();
+    // The large pastes in the prompt box, by their labels.
+    this.pastes = new Pastes();
     // The history's position of the first message held (0: it holds them all).
     this.start = 0;
     // Whether a page was asked for and has not come yet.
@@ -81,7 +88,12 @@ export class Pane {
     this.prompt.rows = 2;
     this.prompt.placeholder = PLACEHOLDER;
     this.prompt.addEventListener("keydown", (event) => this.keydown(event));
-    this.prompt.addEventListener("input", () => this.note(""));
+    this.prompt.addEventListener("input", () => {
+      this.note("");
+      // An emptied box starts over: the next paste is #1 again.
+      if (this.prompt.value === "") this.pastes.clear();
+    });
+    this.prompt.addEventListener("paste", (event) => this.paste(event));
     this.noteLine = element("div", "note");
     this.meter = element("div", "meter");
     composer.append(this.prompt, this.noteLine, this.meter);
@@ -241,8 +253,22 @@ export class Pane {
     }
   }
 
+  // A large paste goes in as its label; its text waits in `pastes` until the prompt is sent.
+  paste(event) {
+    const rule = this.host.pasteRule();
+    if (rule === null || this.prompt.disabled) return;
+    // As the box would hold it: a textarea keeps only "\n" line breaks.
+    const text = (event.clipboardData?.getData("text/plain") ?? "").replace(/\r\n?/g, "\n");
+    if (!isLargePaste(text, rule)) return;
+    event.preventDefault();
+    const label = this.pastes.add(text, rule);
+    const box = this.prompt;
+    box.setRangeText(label, box.selectionStart, box.selectionEnd, "end");
+    this.note("");
+  }
+
   submit() {
-    const text = this.prompt.value;
+    const text = this.pastes.expand(this.prompt.value);
     if (!text.trim()) return;
     if (text.trim().split(/\s+/)[0] === "/clear" && this.working) {
       this.note("/clear waits until this session is idle (Esc stops it)");
@@ -250,6 +276,7 @@ export class Pane {
     }
     this.host.send({ type: "prompt", pane: this.id, text });
     this.prompt.value = "";
+    this.pastes.clear();
     this.note("");
     this.list.scrollToEnd();
   }

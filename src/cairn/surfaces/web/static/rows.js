@@ -1,4 +1,7 @@
-// One row's element, from a Transcript row. Text is always set as text, never as HTML.
+// One row's element, from a Transcript row. Text is always set as text. The one HTML
+// ever inserted is a row's `html`: an answer or a summary as the server rendered it
+// from markdown and sanitized it against an allow-list (cairn.surfaces.web.markdown);
+// the page's Content-Security-Policy would stop a script in it all the same.
 
 export function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -22,9 +25,23 @@ function details(row, className, summary, ...body) {
   return node;
 }
 
+// The server's sanitized HTML, or the text as text when it sent none (while it streams).
+function markdown(className, html, text) {
+  if (!html) return element("div", className, text);
+  const node = element("div", `${className} markdown`);
+  node.innerHTML = html;
+  return node;
+}
+
 const RENDER = {
   user(row) {
-    return [element("div", "bubble", row.text)];
+    if (!row.fold) return [element("div", "bubble", row.text)];
+    // Folded: its first lines and the label; opened, the whole message.
+    const summary = element("summary");
+    summary.append(element("div", "fold-head", row.fold.head), element("span", "fold-label", row.fold.label));
+    const bubble = element("div", "bubble folded");
+    bubble.append(details(row, "fold", summary, element("div", "fold-body", row.text)));
+    return [bubble];
   },
   assistant(row) {
     const parts = [];
@@ -33,7 +50,7 @@ const RENDER = {
         details(row, "reasoning", element("summary", "", "Thinking"), element("div", "", row.reasoning)),
       );
     }
-    const text = element("div", "text", row.text);
+    const text = row.streaming ? element("div", "text", row.text) : markdown("text", row.html, row.text);
     if (row.streaming) text.append(cursor());
     parts.push(text);
     return parts;
@@ -54,7 +71,7 @@ const RENDER = {
   },
   compact(row) {
     const summary = element("summary", "", row.label);
-    return [details(row, "compact-block", summary, element("div", "summary-text", row.text))];
+    return [details(row, "compact-block", summary, markdown("summary-text", row.html, row.text))];
   },
 };
 

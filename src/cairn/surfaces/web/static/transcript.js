@@ -5,6 +5,9 @@
 //
 // A row is {key, kind, text, version, …}: kind is user | assistant | tool | notice |
 // error | compact. `version` grows with every change so the list redraws a row once.
+// An answer or a compact block may carry `html`, its text as the server rendered and
+// sanitized it (markdown); a long user message carries `fold` ({label, head}), how the
+// server's paste rule folds it. The page works out neither itself.
 
 import { compactLabel, messageText, oneLine } from "./labels.js";
 
@@ -62,7 +65,8 @@ export class Transcript {
     const text = messageText(message.content);
     if (kind === "compact_summary") {
       if (!this.has(message.id)) {
-        this.append({ key: message.id, kind: "compact", text, label: compactLabel(message) });
+        const label = compactLabel(message);
+        this.append({ key: message.id, kind: "compact", text, label, html: message.html ?? null });
       }
       return;
     }
@@ -76,7 +80,7 @@ export class Transcript {
     }
     if (message.role === "assistant") this.assistant(message, text);
     else if (message.role === "user" && !this.has(message.id)) {
-      this.append({ key: message.id, kind: "user", text });
+      this.append({ key: message.id, kind: "user", text, fold: message.fold ?? null, open: false });
     }
     for (const call of message.tool_calls ?? message.toolCalls ?? []) this.toolStarted(call);
   }
@@ -116,14 +120,15 @@ export class Transcript {
 
   assistant(message, text) {
     const reasoning = message.reasoning ?? "";
+    const html = message.html ?? null;
     const row = this.byKey.get(message.id);
     if (row === this.live) this.live = null;
     if (row !== undefined) {
       // The final text replaces what streamed; an answer of only tool calls goes.
-      if (text || reasoning) this.change(row, { text, reasoning, streaming: false });
+      if (text || reasoning) this.change(row, { text, reasoning, html, streaming: false });
       else this.remove(row);
     } else if (text || reasoning) {
-      this.append({ key: message.id, kind: "assistant", text, reasoning, streaming: false });
+      this.append({ key: message.id, kind: "assistant", text, reasoning, html, streaming: false });
     }
   }
 
