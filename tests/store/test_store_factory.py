@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,10 @@ class Elsewhere:
     def open(self, workspace: Path, session_id: str) -> TranscriptStore:
         self.calls.append(f"open {session_id}")
         return self._files.open(workspace, session_id)
+
+    def create_from_records(self, workspace: Path, records: Sequence[Record]) -> None:
+        self.calls.append(f"create_from_records {records[0].id}")
+        self._files.create_from_records(workspace, records)
 
     def create_subagent(
         self, workspace: Path, parent_id: str, header: SessionRecord

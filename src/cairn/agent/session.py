@@ -37,6 +37,7 @@ from cairn.agent.mcp.client import McpManager
 from cairn.agent.mcp.tool_search import install_mcp_tools
 from cairn.agent.settings import Settings
 from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
+from cairn.agent.snapshots import SNAPSHOTS_DIR, FileSnapshots
 from cairn.agent.state import STATE_KEY, SessionState
 from cairn.agent.subagent import SubagentSetup, run_subagent
 from cairn.agent.tools.base import PermissionMode, PermissionRequest, Tool, ToolContext
@@ -162,6 +163,10 @@ class Session:
             artifacts_dir=self.session_dir,
         )
         self._store = store
+        #: What write_file / edit_file replaced, saved before each write (rewind).
+        self.snapshots = FileSnapshots(
+            self.session_dir / SNAPSHOTS_DIR, self.workspace, self._last_record_id
+        )
         #: Permission requests waiting for ``answer``, and the tools allowed for good.
         self._permissions: dict[str, asyncio.Future[PermissionDecision]] = {}
         self._always_allowed: set[str] = set()
@@ -212,6 +217,7 @@ class Session:
             files=self.runtime.host_files,
             terminal=self.runtime.host_terminal,
             allow=self.runtime.settings.permissions.allow,
+            snapshots=self.snapshots,
         )
 
     def set_status(self, status: SessionStatus) -> None:
@@ -367,6 +373,14 @@ class Session:
             self._open_notices.append(text)  # nobody may listen yet: ``start()`` shows it
         else:
             self.events.publish(Notice(text))
+
+    # -- rewind and fork ---------------------------------------------------------
+
+    def _last_record_id(self) -> str | None:
+        """The id of the last record written (``None``: only the header): a file
+        snapshot's place in the transcript (``cairn.agent.rewind``)."""
+        records = self._store.resumption.records
+        return records[-1].id if records else None
 
     # -- state persistence -------------------------------------------------------
 

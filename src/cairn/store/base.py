@@ -8,7 +8,7 @@ pipeline noticing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -162,6 +162,16 @@ class StoreFactory(Protocol):
 
     def open(self, workspace: Path, session_id: str) -> TranscriptStore:
         """An existing session, for writing; ``NotATranscriptError`` if there is none."""
+        ...
+
+    def create_from_records(self, workspace: Path, records: Sequence[Record]) -> None:
+        """A new session holding ``records`` (its header first), whole or not at all.
+
+        For a branch of a session (rewind, fork): the records are stored as
+        they are, ids and times kept, so its views are those of the records.
+        A crash leaves the session complete or absent, never a part of it.
+        ``TranscriptWriteError`` if it exists or cannot be written.
+        """
         ...
 
     def create_subagent(

@@ -1083,6 +1083,13 @@ class JsonlStoreFactory:
             self.path(workspace, session_id), fsync_every_record=self._fsync_every_record
         )
 
+    def create_from_records(self, workspace: Path, records: Sequence[Record]) -> None:
+        # One file linked into place once written and fsynced: whole or absent.
+        header = records[0] if records else None
+        if not isinstance(header, SessionRecord):
+            raise TranscriptWriteError("cannot create a session without its header record first")
+        write_transcript(self.path(workspace, header.session_id), records)
+
     def create_subagent(
         self, workspace: Path, parent_id: str, header: SessionRecord
     ) -> JsonlTranscriptStore:

@@ -72,7 +72,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -960,6 +960,47 @@ class PostgresStoreFactory:
         return PostgresTranscriptStore.open(
             self._url, workspace, session_id, fsync_every_record=self._fsync_every_record
         )
+
+    def create_from_records(self, workspace: Path, records: Sequence[Record]) -> None:
+        """A new session holding ``records``: its row, every record and the checkpoint
+        pointer commit in one synchronous transaction, so it is stored whole or not at all."""
+        header = records[0] if records else None
+        if not isinstance(header, SessionRecord):
+            raise TranscriptWriteError("cannot create a session without its header record first")
+        session_id = check_session_id(header.session_id)
+        import psycopg
+
+        conn = _connect(self._url)
+        where = f"cannot create {_location(conn, session_id)}"
+        try:
+            encoded = [_encode(record, where) for record in records]
+            pointer = None
+            for seq, (_, stored) in enumerate(encoded, 1):
+                if isinstance(stored, CompactionRecord) and _is_trusted(stored):
+                    pointer = seq  # where a resume starts reading, as ``append`` moves it
+            exists = TranscriptWriteError(f"{where}: it already exists")
+            with conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit TO on")
+                added = conn.execute(
+                    "INSERT INTO cairn_sessions (session_id, workspace, checkpoint_seq) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (session_id) DO NOTHING",
+                    (session_id, normalize_workspace(workspace), pointer),
+                ).rowcount
+                if added != 1:
+                    raise exists
+                with conn.cursor() as cursor:
+                    cursor.executemany(
+                        _INSERT,
+                        [
+                            (session_id, seq, stored.TYPE, line[:-1].decode())
+                            for seq, (line, stored) in enumerate(encoded, 1)
+                        ],
+                    )
+                conn.execute(_NOTIFY, (CHANNEL, f"{session_id} {len(encoded)}"))
+        except psycopg.Error as exc:
+            raise TranscriptWriteError(f"{where}: {_cause(exc)}") from None
+        finally:
+            conn.close()
 
     def create_subagent(
         self, workspace: Path, parent_id: str, header: SessionRecord

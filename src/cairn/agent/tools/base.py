@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, TypeAlias
 
+from cairn.agent.snapshots import FileSnapshots
 from cairn.agent.state import SessionState
 from cairn.agent.tools.host_io import HostFiles, HostTerminal
 from cairn.context.effects import ToolEffect
@@ -61,6 +62,9 @@ class ToolContext:
     #: ``permissions.allow``: tool-name patterns that run without asking
     #: (``cairn.agent.tools.permissions``).
     allow: tuple[str, ...] = ()
+    #: Where write_file / edit_file save a file's prior state before changing it
+    #: (a rewind restores it); ``None``: nothing is saved.
+    snapshots: FileSnapshots | None = None
 
 
 class Tool(Protocol):

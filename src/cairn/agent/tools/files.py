@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from cairn.agent.snapshots import PriorFile
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.host_io import host_problem
 from cairn.agent.tools.paths import (
@@ -250,6 +251,7 @@ class WriteFile:
                 existing = slot.lstat()
                 if slot.name is None or (existing and stat.S_ISDIR(existing.st_mode)):
                     return error(f"{shown} is a directory; write_file writes files")
+                save_prior(ctx, slot, self.name)
                 if ctx.files is None:
                     write_at(slot.dir_fd, slot.name, data)
             except OSError as exc:
@@ -263,6 +265,37 @@ class WriteFile:
         existed = existing is not None
         verb = "Overwrote" if existed else "Created"
         return ToolResult(f"{verb} {shown} ({_count_lines(content)} lines, {len(data)} bytes)")
+
+
+def save_prior(ctx: ToolContext, slot: Slot, tool: str) -> None:
+    """Save what the file holds before ``tool`` writes it, for a rewind (``ctx.snapshots``).
+
+    Read through the verified slot, as the write will go. Raises ``OSError``
+    when it cannot be saved: the write must not run then, or a rewind could
+    not undo it.
+    """
+    snapshots = ctx.snapshots
+    if snapshots is None or slot.name is None or not snapshots.covers(slot.path):
+        return
+    snapshots.before_write(tool, slot.path, _prior(slot, snapshots.max_file_bytes))
+
+
+def _prior(slot: Slot, limit: int) -> PriorFile:
+    assert slot.name is not None
+    info = slot.lstat()
+    if info is None:
+        return PriorFile("absent")
+    if stat.S_ISLNK(info.st_mode):
+        return PriorFile("symlink", target=os.readlink(slot.name, dir_fd=slot.dir_fd))
+    if not stat.S_ISREG(info.st_mode):
+        return PriorFile("unsaved", reason="not a regular file")
+    if info.st_size > limit:
+        return PriorFile("unsaved", reason=f"larger than {limit:,} bytes")
+    fd = slot.open()
+    try:
+        return PriorFile("file", read_all(fd), stat.S_IMODE(info.st_mode))
+    finally:
+        os.close(fd)
 
 
 def _count_lines(text: str) -> int:
@@ -355,6 +388,10 @@ class EditFile:
         first = text.index(old)
         replaced = text.count(old) if replace_all else 1
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        try:
+            save_prior(ctx, slot, self.name)
+        except OSError as exc:
+            return error(f"cannot write {shown}: {exc.strerror or exc}")
         if ctx.files is not None:
             try:
                 await ctx.files.write_text(slot.path, updated)
