@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from cairn.agent.loop import StoreFailedError, store_failure
 from cairn.agent.mcp.report import mcp_report
 from cairn.agent.reports import context_report, cost_report, model_report
+from cairn.agent.rewind import PromptPoint, fork_session, prompt_points, rewind_session
 from cairn.agent.session import Runtime
 from cairn.context.budget import handoff_line, output_reserve
 from cairn.context.hooks import CompactionBlockedError
@@ -31,6 +32,8 @@ HELP = """Commands:
   /compact [instructions]  summarize the conversation now (instructions focus the summary)
   /clear                   start a new session (the old one stays on disk)
   /resume [id]             resume a session of this workspace (no id: list them)
+  /fork                    continue in a copy of this session (this one stays as it is)
+  /rewind [n] [files]      branch from before prompt n (no n: list them); files: restore them
   /status                  model, window, tokens, phase and compactions so far
   /context                 what the next request holds, source by source
   /cost                    tokens billed this session and their price
@@ -42,6 +45,8 @@ COMMANDS = (
     "/compact",
     "/clear",
     "/resume",
+    "/fork",
+    "/rewind",
     "/status",
     "/context",
     "/cost",
@@ -59,6 +64,8 @@ class CommandOutcome:
     compaction: CompactionOutcome | None = None
     #: A ``/compact`` the user's cancel stopped (the transcript is unchanged).
     cancelled: bool = False
+    #: After ``/rewind n``: the prompt's text, for the prompt box (the user edits it).
+    prompt: str | None = None
 
 
 def parse_command(text: str) -> tuple[str, str] | None:
@@ -79,6 +86,10 @@ async def run_command(runtime: Runtime, name: str, argument: str) -> CommandOutc
         return CommandOutcome(f"new session {session.id}")
     if name == "/resume":
         return await _resume(runtime, argument or None)
+    if name == "/fork":
+        return await _fork(runtime)
+    if name == "/rewind":
+        return await _rewind(runtime, argument)
     if name == "/status":
         return _status(runtime)
     if name == "/mcp":
@@ -177,6 +188,64 @@ async def _resume(runtime: Runtime, session_id: str | None) -> CommandOutcome:
         return CommandOutcome(str(exc), ok=False)
     await session.start()
     return CommandOutcome(f"resumed {session.id} ({len(session.ui_messages())} messages)")
+
+
+# -- rewind and fork (cairn.agent.rewind) ----------------------------------------
+
+
+async def _fork(runtime: Runtime) -> CommandOutcome:
+    session = runtime.current
+    if session.status != "idle":
+        return CommandOutcome(f"/fork ignored: the session is {session.status}; try when idle")
+    try:
+        branch = fork_session(session)
+    except StoreError as exc:
+        return CommandOutcome(f"/fork failed: {exc}; nothing was changed", ok=False)
+    await branch.session.start()
+    return CommandOutcome(
+        f"forked {session.id} into {branch.session.id}: you are in the copy now "
+        f"(/resume {session.id} goes back to the original)"
+    )
+
+
+async def _rewind(runtime: Runtime, argument: str) -> CommandOutcome:
+    session = runtime.current
+    if session.status != "idle":
+        return CommandOutcome(f"/rewind ignored: the session is {session.status}; try when idle")
+    points = prompt_points(session)
+    number, _, rest = argument.partition(" ")
+    if not number:
+        if not points:
+            return CommandOutcome("no earlier prompts to rewind to")
+        lines = [_point_line(i, p) for i, p in enumerate(points, 1)]
+        lines.append("/rewind N: the conversation only; /rewind N files: the files too")
+        return CommandOutcome("\n".join(lines))
+    if not number.isdigit() or not 1 <= int(number) <= len(points) or rest not in ("", "files"):
+        return CommandOutcome(
+            f"/rewind takes a prompt number from 1 to {len(points)}, then optionally 'files'",
+            ok=False,
+        )
+    try:
+        branch = rewind_session(session, points[int(number) - 1].id, restore_files=rest == "files")
+    except StoreError as exc:
+        return CommandOutcome(f"/rewind failed: {exc}; nothing was changed", ok=False)
+    await branch.session.start()
+    files = branch.files
+    lines = [
+        f"rewound to before prompt {number}: new session {branch.session.id} "
+        f"(/resume {session.id} goes back to the original)"
+    ]
+    lines += [f"restored {path}" for path in files.restored]
+    lines += [f"removed {path}" for path in files.removed]
+    lines += [f"not restorable: {path} ({why})" for path, why in files.not_restorable]
+    lines += [f"not restorable, ran by bash: {command}" for command in files.bash_commands]
+    return CommandOutcome("\n".join(lines), prompt=branch.prompt)
+
+
+def _point_line(number: int, point: PromptPoint) -> str:
+    first = point.text.strip().splitlines()[0] if point.text.strip() else "(no text)"
+    note = "  · files changed since" if point.files_changed else ""
+    return f"{number}. {first[:60]}{note}"
 
 
 def _status(runtime: Runtime) -> CommandOutcome:
