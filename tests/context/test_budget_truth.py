@@ -38,6 +38,7 @@ from cairn.context.llm_summarizer import (
     check_gates,
     fit_fork_input,
     nothing_to_compact,
+    shrink,
 )
 from cairn.context.pipeline import RequestTooLargeError
 from cairn.messages import (
@@ -527,6 +528,14 @@ def test_a_paste_halved_several_times_counts_every_character_left_out() -> None:
     assert omitted == len(paste) - kept
     assert omitted > 100_000
     assert shown.startswith("line 000000") and shown.endswith("line 003699 of the pasted log\n")
+    # The retry path halves the fork input again on each overflow: the same count.
+    again = [user(paste)]
+    for _ in range(6):
+        again = shrink(again, 2)
+    text = again[0].text
+    (count,) = re.findall(r"\[… ([\d,]+) characters omitted …\]", text)
+    kept = len(text) - len(f"\n[… {count} characters omitted …]\n")
+    assert int(count.replace(",", "")) == len(paste) - kept
 
 
 def test_a_fork_that_would_not_fit_is_shrunk_before_it_is_sent(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cairn.context.budget import cautious
@@ -178,26 +178,41 @@ def _drop_oldest_round(messages: Sequence[Message]) -> list[Message]:
     return list(messages)
 
 
-def _halve_longest(messages: Sequence[Message], originals: Mapping[str, str]) -> list[Message]:
-    """The texts longer than half the longest, cut to that half around one marker.
+#: The marker a halving leaves; its count is of original characters, so that a
+#: text halved again still says how much of the original is left out.
+_OMITTED = re.compile(r"\n\[… ([\d,]+) characters omitted …\]\n")
 
-    Each cut is taken from the message's text before any halving
-    (``originals``), so that after several halvings the one marker left still
-    counts every character left out, not only the last halving's.
+
+def _cut_middle(text: str, head: int, tail: int) -> str:
+    """``text``'s first ``head`` and last ``tail`` characters around one marker.
+
+    The marker counts the original characters left out: an earlier marker
+    inside the cut (a text halved before) adds its own count instead of its
+    length, and one the cut would split is cut whole.
     """
+    start, end = head, len(text) - tail
+    earlier = 0
+    for match in _OMITTED.finditer(text):
+        if match.end() <= start or match.start() >= end:
+            continue
+        start, end = min(start, match.start()), max(end, match.end())
+    for match in _OMITTED.finditer(text, start, end):
+        earlier += int(match.group(1).replace(",", "")) - len(match.group(0))
+    omitted = end - start + earlier
+    return f"{text[:start]}\n[… {omitted:,} characters omitted …]\n{text[end:]}"
+
+
+def _halve_longest(messages: Sequence[Message]) -> list[Message]:
     longest = max((len(m.text) for m in messages), default=0)
     cap = longest // 2
     if cap <= 0:
         return list(messages)
     out = []
     for message in messages:
-        if len(message.text) > cap and isinstance(message.content, str):
-            text = originals.get(message.id, message.text)
+        text = message.text
+        if len(text) > cap and isinstance(message.content, str):
             head = cap * 3 // 4
-            message = message.with_content(
-                f"{text[:head]}\n[… {len(text) - cap:,} characters omitted …]\n"
-                f"{text[len(text) - (cap - head) :]}"
-            )
+            message = message.with_content(_cut_middle(text, head, cap - head))
         out.append(message)
     return out
 
@@ -238,11 +253,10 @@ def fit_fork_input(
         dropped.update(range(r.start, r.end))
         size -= sum(costs[r.start : r.end])
     current = [m for i, m in enumerate(current) if i not in dropped]
-    originals = {m.id: m.text for m in current}
     for _ in range(_MAX_HALVINGS):
         if size <= room:
             return current
-        smaller = _halve_longest(current, originals)
+        smaller = _halve_longest(current)
         if _size(smaller) >= _size(current):
             return None
         current = smaller
