@@ -519,3 +519,50 @@ def test_a_store_creates_a_session_from_records_whole(
     assert opened.api_view.valid_checkpoints == 1
     opened.close()
     rt.close()
+
+
+# ---------------------------------------------------------------------------
+# Snapshots
+
+
+def test_a_write_whose_prior_content_cannot_be_saved_does_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = Script({"one": [Answer(calls=[write("keep.txt", "changed")])]})
+    rt = make_runtime(tmp_path, script)
+    (rt.workspace / "keep.txt").write_text("K0")
+    agent = AgentSession.new(rt)
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rt.current.snapshots, "before_write", full)
+    run_prompts(rt, agent, ["one"])
+    assert (rt.workspace / "keep.txt").read_text() == "K0"  # a rewind could not have undone it
+    result = next(m for m in rt.current.api_messages if m.role == "tool")
+    assert "No space left on device" in result.text
+    rt.close()
+
+
+def test_a_write_through_a_symlink_restores_its_target_and_a_torn_index_line_is_skipped(
+    tmp_path: Path,
+) -> None:
+    script = Script(
+        {"one": [Answer(calls=[write("link.txt", "now a file")])], "two": [Answer("ok")]}
+    )
+    rt = make_runtime(tmp_path, script)
+    (rt.workspace / "target.txt").write_text("T")
+    (rt.workspace / "link.txt").symlink_to("target.txt")
+    agent = AgentSession.new(rt)
+    run_prompts(rt, agent, ["one"])
+    index = rt.current.snapshots.index_path
+    with index.open("ab") as handle:
+        handle.write(b'{"path": "/torn", "kin')  # a crash mid-line
+    run_prompts(rt, agent, ["two"])
+    assert len(rt.current.snapshots.entries()) == 1
+    outcome = agent.rewind(agent.prompt_points()[0].id, restore_files=True)
+    # The write went through the link to its target, which is what was saved and restored.
+    assert outcome.files.restored == (rt.workspace / "target.txt",)
+    assert (rt.workspace / "link.txt").is_symlink()
+    assert (rt.workspace / "link.txt").read_text() == "T"
+    rt.close()
