@@ -2,8 +2,11 @@
 
 One smoke test of the whole path a person takes — start, prompt, the streamed
 answer, ``/compact`` with its ``✻ Compacting`` tail and the compact block,
-Ctrl+D — against the local OpenAI server. tmux comes from Debian's packages
-(the Makefile's ``test`` target installs it).
+Ctrl+D — against the local OpenAI server; and issue 29's gestures: a bracketed
+paste (``load-buffer`` + ``paste-buffer -p``) folded to its label, the list
+following the answer after it, Ctrl+End, a wide-character tool result on one
+row, and the ``cairn --resume <id>`` line left in the shell on exit. tmux
+comes from Debian's packages (the Makefile's ``test`` target installs it).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any
 
 import pytest
 
+from cairn.agent.paste import FOLDED_HEAD_LINES
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
+    ToolCallSpec,
     openai_server_fixture,
 )
 
@@ -59,6 +64,12 @@ class Pane:
     def type(self, text: str) -> None:
         subprocess.run([*self._base, "send-keys", "-l", text], check=True)
         self.send("Enter")
+
+    def paste(self, text: str, scratch: Path) -> None:
+        """A bracketed paste as a terminal sends one (``-p``; line breaks as CR, by default)."""
+        scratch.write_text(text, encoding="utf-8")
+        subprocess.run([*self._base, "load-buffer", str(scratch)], check=True)
+        subprocess.run([*self._base, "paste-buffer", "-p", "-d"], check=True)
 
     def wait_for(self, wanted: str | Callable[[str], bool]) -> str:
         check = wanted if callable(wanted) else (lambda screen: wanted in screen)
@@ -211,3 +222,90 @@ def test_a_summary_prepared_in_the_band_is_a_quiet_word_in_the_footer_not_the_hi
     assert sum(is_fork(b) for b in openai_server.bodies) == 1  # committed, not asked again
     stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
     assert "Traceback" not in stderr, stderr
+
+
+def screen_row(screen: str, marker: str) -> int:
+    """The index of the first line of ``screen`` holding ``marker``."""
+    return next(n for n, line in enumerate(screen.splitlines()) if marker in line)
+
+
+def test_a_large_paste_is_folded_the_answer_followed_and_the_exit_says_how_to_resume(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 29 in the real terminal: a 2,000-line bracketed paste shows as its label,
+    goes to the model whole, is folded in the list with the answer on the screen after
+    it; Ctrl+Home and Ctrl+End move through the list; a wide-character tool result
+    stays one row; quitting leaves ``cairn --resume <id>`` in the shell."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    # 90 wide characters: 180 cells, more than the 140 columns of the pane.
+    (workspace / "账本.txt").write_text("账本平衡。" * 18 + "\n", encoding="utf-8")
+    pasted = "\n".join(f"PASTED line {n}: the ledger balances" for n in range(1, 2_001))
+    findings = "\n\n".join(f"Finding {n}: the ledger balances." for n in range(60))
+    plan = [
+        Reply(text=f"START-ANSWER\n\n{findings}\n\nEND-ANSWER", delta_chars=200),
+        Reply(tool_calls=[ToolCallSpec("read_file", json.dumps({"path": "账本.txt"}))]),
+        Reply(text="WIDE-DONE"),
+    ]
+    openai_server.respond_with(lambda body: plan.pop(0) if plan else None)
+    pane = start_cairn(tmp_path, openai_server, workspace)
+    try:
+        pane.wait_for("Ask Cairn")
+        pane.send("-l", "Look at this: ")
+        pane.paste(pasted, tmp_path / "paste.txt")
+        pane.wait_for("Look at this: [Pasted text #1 · 2,000 lines]")
+        pane.send("-l", " thanks")
+        screen = pane.wait_for("[Pasted text #1 · 2,000 lines] thanks")
+        assert "PASTED line 2" not in screen and openai_server.requests == []
+        pane.send("Enter")
+        # The list follows the end: the answer's last line shows, under the folded paste.
+        screen = pane.wait_for(lambda s: "END-ANSWER" in s and meter(s) > 0)
+        assert "PASTED line 2000" not in screen
+        sent = [m["content"] for m in openai_server.bodies[0]["messages"] if m["role"] == "user"]
+        assert sent == [f"Look at this: {pasted} thanks"]  # whole, its line breaks kept
+        # Ctrl+Home goes up to the folded paste; Ctrl+End back to the end of the answer.
+        pane.send("C-Home")
+        top = pane.wait_for(
+            lambda s: "› Look at this: PASTED line 1" in s and "END-ANSWER" not in s
+        )
+        # Folded: its first lines and the label (the message's: 2,000 lines too).
+        assert "[Pasted text #1 · 2,000 lines]" in top
+        assert f"PASTED line {FOLDED_HEAD_LINES}:" in top
+        assert f"PASTED line {FOLDED_HEAD_LINES + 1}:" not in top
+        pane.send("C-End")
+        pane.wait_for(lambda s: "END-ANSWER" in s and "› Look at this" not in s)
+
+        # A wide-character result is one row, cut by cells: the next row is its fold's title.
+        pane.type("Read the ledger")
+        screen = pane.wait_for("WIDE-DONE")
+        row = screen_row(screen, "⎿")
+        assert (
+            "账本平衡" in screen.splitlines()[row] and screen.splitlines()[row].rstrip()[-1] == "…"
+        )
+        assert "full result" in screen.splitlines()[row + 1]
+
+        pane.send("C-d")
+        final = pane.wait_for("cairn exited")
+        found = re.search(r"Resume this session with: cairn --resume (\S+)\n", final)
+        assert found is not None, final
+        assert list((tmp_path / "home" / "projects").glob(f"*/{found.group(1)}.jsonl"))
+        assert "cairn exited 0" in final and final.index(found.group(0)) < final.index("exited")
+    finally:
+        pane.close()
+    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in stderr, stderr
+
+
+def test_quitting_a_session_with_no_message_says_nothing_of_resuming(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    pane = start_cairn(tmp_path, openai_server, workspace)
+    try:
+        pane.wait_for("Ask Cairn")
+        pane.send("C-d")
+        final = pane.wait_for("cairn exited")
+        assert "cairn exited 0" in final and "--resume" not in final
+    finally:
+        pane.close()

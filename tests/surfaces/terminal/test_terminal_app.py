@@ -12,8 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
+from textual.binding import Binding
 from textual.pilot import Pilot
-from textual.widgets import Collapsible
+from textual.widgets import Collapsible, Static
 
 from cairn import AgentSession
 from cairn.agent.session import Runtime
@@ -22,7 +24,7 @@ from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.tail import compaction_hint, stream_tail
 from cairn.surfaces.terminal import CairnApp
-from cairn.surfaces.terminal.permission import PermissionScreen
+from cairn.surfaces.terminal.permission import KEYS, PermissionScreen, key_hints
 from cairn.surfaces.terminal.picker import SessionPicker
 from cairn.surfaces.terminal.view import RESULT_CHARS, one_line
 from cairn.surfaces.terminal.widgets import (
@@ -401,6 +403,9 @@ def test_a_permission_request_is_a_modal_and_its_answer_reaches_the_tool(
             await submit(pilot, "write a.txt")
             await until(pilot, lambda: isinstance(app.screen, PermissionScreen), "the modal")
             assert app.agent.status == "tools"
+            keys = app.screen.query_one("#keys", Static)
+            assert str(keys.content) == "y allow once · a allow always · n deny · Esc deny"
+            assert keys.region.height == 1  # on the screen, not only in the tree
             await pilot.click("#allow-once")
             await until(pilot, lambda: not app.busy, "the turn ends")
             assert not isinstance(app.screen, PermissionScreen)
@@ -450,7 +455,7 @@ def test_a_long_tool_result_is_short_until_expanded(
             assert entry is not None and entry.text == 'read_file {"path": "ledger.txt"}'
             short = one_line(result)
             assert entry.detail == short and len(short) == RESULT_CHARS and short.endswith("…")
-            head = str(view.head.content)
+            head = str(view.head.content) + "\n" + str(view.result.content)  # call, result rows
             assert entry.text in head and short in head and "entry 59" not in head
             assert view.more.display and view.more.collapsed  # collapsed by default
             assert str(view.full.content) == result.strip("\n").rstrip()
@@ -484,6 +489,70 @@ def test_a_long_tool_result_is_short_until_expanded(
             small = tools()[-1]
             entry = app.transcript.get(small.entry_id)
             assert entry is not None and entry.full == "" and not small.more.display
+
+    asyncio.run(scenario())
+    rt.close()
+
+
+def test_the_permission_keys_shown_are_the_ones_that_answer() -> None:
+    assert key_hints(("allow_once", "reject")) == "y allow once · n deny · Esc deny"
+    assert key_hints(()) == "n deny · Esc deny"  # a question can always be refused
+    bound = {b.key: b.action for b in PermissionScreen.BINDINGS if isinstance(b, Binding)}
+    for key, decision, _ in KEYS:
+        assert bound[{"Esc": "escape"}.get(key, key)] == f"decide('{decision}')"
+
+
+def test_a_wide_character_result_stays_one_row_under_its_call(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 29 (b): the short result of a Chinese file wrapped to the screen's first column."""
+    plan = [
+        Reply(tool_calls=[ToolCallSpec("read_file", json.dumps({"path": "账本.txt"}))]),
+        Reply(text="读完了。"),
+    ]
+    openai_server.respond_with(lambda body: plan.pop(0) if plan else None)
+    rt = make_runtime(tmp_path, openai_server)
+    (rt.workspace / "账本.txt").write_text("账本平衡。" * 30, encoding="utf-8")
+    app = CairnApp(rt, AgentSession.new(rt))
+
+    async def scenario() -> None:
+        async with app.run_test(size=(100, 50)) as pilot:
+            await submit(pilot, "read 账本.txt")
+            await until(pilot, lambda: kinds(app)[-1] == "assistant" and not app.busy, "answer")
+            (view,) = [w for w in rendered(app) if isinstance(w, ToolView)]
+            entry = app.transcript.get(view.entry_id)
+            assert entry is not None and "账本平衡" in entry.detail
+            assert cell_len(entry.detail) <= RESULT_CHARS
+            # The call's row, the result's row, then the fold's title: nothing wrapped.
+            await until(pilot, lambda: view.more.region.height > 0, "laid out")
+            assert view.more.region.y - view.region.y == 2
+
+    asyncio.run(scenario())
+    rt.close()
+
+
+def test_the_resume_command_names_the_open_session_once_it_has_a_message(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 29 (d): what ``cairn`` prints on the way out (the tmux test sees it printed)."""
+    answering(openai_server)
+    rt = make_runtime(tmp_path, openai_server)
+    app = CairnApp(rt, AgentSession.new(rt))
+
+    async def scenario() -> None:
+        async with app.run_test() as pilot:
+            assert app.resume_command is None  # nothing to come back to
+            await converse(pilot, app, 1)
+            assert app.resume_command == f"cairn --resume {app.agent.id}"
+            first = app.agent.id
+            await submit(pilot, "/clear")
+            await until(pilot, lambda: app.agent.id != first, "the new session")
+            assert app.resume_command is None
+            await submit(pilot, f"/resume {first}")
+            await until(pilot, lambda: app.agent.id == first, "back")
+            assert app.resume_command == f"cairn --resume {first}"
+            await pilot.press("ctrl+d")
+        assert app.resume_command == f"cairn --resume {first}"  # still known after the exit
 
     asyncio.run(scenario())
     rt.close()

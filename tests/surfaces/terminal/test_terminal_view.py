@@ -4,11 +4,14 @@ pages put before them), the "earlier messages" line and the input history."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
+
 from cairn.agent.commands import COMMANDS, HELP
 from cairn.messages import Message, MessageMeta, ToolCall, assistant, tool_result, user
 from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import compaction_hint, stream_tail
 from cairn.surfaces.terminal.view import (
+    RESULT_CHARS,
     History,
     Submission,
     Transcript,
@@ -198,6 +201,23 @@ def test_a_tool_result_keeps_its_whole_text_when_the_short_form_leaves_some_out(
     version = full.version
     t.tool_result("a", tool_result("a", long))  # the same result again: no redraw
     assert full.version == version
+
+
+def test_a_wide_character_result_is_cut_by_terminal_cells_not_characters() -> None:
+    """Issue 29 (b): 120 Chinese characters are 240 cells, and wrapped under the result."""
+    t = Transcript()
+    wide = "账本平衡" * 60  # 240 characters, 480 cells
+    t.tool_started(ToolCall("w", "read_file", "{}"))
+    t.tool_result("w", tool_result("w", wide))
+    entry = t.entries[-1]
+    # 59 of them (118 cells) and the ellipsis: a 60th would pass the limit.
+    assert entry.detail == wide[:59] + "…" and cell_len(entry.detail) == RESULT_CHARS - 1
+    assert entry.full == wide
+    # A wide character that would straddle the limit is left out whole.
+    assert one_line("a" + "中" * 10, 10) == "a中中中中…" and cell_len("a中中中中…") == 10
+    assert one_line("中" * 10, 10) == "中中中中…"  # 9 cells: the fifth would make 11
+    assert one_line("中" * 5, 10) == "中" * 5  # exactly the limit: whole
+    assert one_line("x" * 200) == "x" * 119 + "…"  # narrow text as before
 
 
 def test_a_streamed_text_that_ends_in_calls_only_goes_away() -> None:

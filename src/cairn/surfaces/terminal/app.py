@@ -81,6 +81,7 @@ KEYS = """Keys:
   Ctrl+O         expand: render the latest 10 messages instead of 30
   Ctrl+Home      to the top of the list, and earlier messages above it (so does
                  scrolling up at the top)
+  Ctrl+End       to the end of the list (the latest message)
   Up / Down      input history (from the prompt's first / last line)"""
 
 EXIT_ARMED = "Press Ctrl+C again to exit"
@@ -104,6 +105,7 @@ class CairnApp(App[None]):
         Binding("ctrl+d", "quit_app", "Quit", priority=True),
         Binding("ctrl+o", "toggle_expanded", "Expand", priority=True),
         Binding("ctrl+home", "earlier", "Earlier messages", priority=True),
+        Binding("ctrl+end", "latest", "Latest messages", priority=True),
         Binding("escape", "cancel", "Cancel"),
     ]
 
@@ -162,6 +164,16 @@ class CairnApp(App[None]):
     @property
     def busy(self) -> bool:
         return bool(self._work) or self.agent.status != "idle"
+
+    @property
+    def resume_command(self) -> str | None:
+        """``cairn --resume <id>`` for the session open now; ``None`` while it has no
+        message (there is nothing to come back to)."""
+        try:
+            messages = self.agent.ui_page(limit=1).total
+        except (CairnError, OSError):  # what the app has seen then: the exit must not fail
+            messages = self._next_position
+        return f"cairn --resume {self.agent.id}" if messages else None
 
     # -- sessions ----------------------------------------------------------
 
@@ -348,12 +360,14 @@ class CairnApp(App[None]):
         event.stop()
         prompt = event.prompt
         text = event.value
-        prompt.prompt_history.add(text)
+        prompt.remember()
         self._exit_armed = False
         if self.submit(classify(text)):
             prompt.value = ""  # a prompt refused while the agent works stays to be sent later
             self._refresh_completions("")
         self._refresh()
+        # What was sent and what answers it show at the end, wherever the list was.
+        self.query_one(MessageList).follow()
 
     def on_key(self, event: events.Key) -> None:
         # A key typed while the focus is elsewhere on the main screen (on an
@@ -562,6 +576,10 @@ class CairnApp(App[None]):
         with messages.prevent(MessageList.ReachedTop):
             messages.scroll_home(animate=False, immediate=True)
         self._load_earlier()
+
+    def action_latest(self) -> None:
+        """Ctrl+End: to the end of the list, which then follows new messages again."""
+        self.query_one(MessageList).follow()
 
     def _cancel(self) -> None:
         """Stop the response, or the compaction, at its next safe point (the session's cancel)."""

@@ -1,7 +1,10 @@
 """The permission question as a modal screen: allow once, allow always, or deny.
 
 It dismisses with the decision; the app answers the session with it. Esc
-denies: a question left unanswered must not let the tool run.
+denies: a question left unanswered must not let the tool run. A line under
+the buttons names the keys (``y allow once · a allow always · n deny · Esc
+deny``): the deny keys always, an allow key only when the request offers
+it (a key for an allowance not offered does nothing).
 """
 
 from __future__ import annotations
@@ -25,6 +28,25 @@ CHOICES: dict[str, tuple[str, PermissionDecision]] = {
     "allow-always": ("Allow always", "allow_always"),
     "deny": ("Deny", "reject"),
 }
+#: The keys the screen binds, as the hint line names them: (key, decision, what it does).
+KEYS: tuple[tuple[str, PermissionDecision, str], ...] = (
+    ("y", "allow_once", "allow once"),
+    ("a", "allow_always", "allow always"),
+    ("n", "reject", "deny"),
+    ("Esc", "reject", "deny"),
+)
+
+
+def key_hints(options: tuple[str, ...]) -> str:
+    """``y allow once · a allow always · n deny · Esc deny``: the keys that answer now.
+
+    The deny keys are always named: a question can always be refused.
+    """
+    return " · ".join(
+        f"{key} {what}"
+        for key, decision, what in KEYS
+        if decision in options or decision == "reject"
+    )
 
 
 class PermissionScreen(ModalScreen[PermissionDecision]):
@@ -37,6 +59,7 @@ class PermissionScreen(ModalScreen[PermissionDecision]):
     }
     PermissionScreen Horizontal { height: auto; margin-top: 1; }
     PermissionScreen Button { margin-right: 2; }
+    PermissionScreen #keys { margin-top: 1; color: $text-muted; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "decide('reject')", "Deny"),
@@ -58,6 +81,7 @@ class PermissionScreen(ModalScreen[PermissionDecision]):
                 for button_id, (label, decision) in CHOICES.items():
                     if decision in request.options:
                         yield Button(label, id=button_id, variant=_variant(decision))
+            yield Static(key_hints(request.options), id="keys", markup=False)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -65,7 +89,9 @@ class PermissionScreen(ModalScreen[PermissionDecision]):
             self.dismiss(CHOICES[event.button.id][1])
 
     def action_decide(self, decision: PermissionDecision) -> None:
-        self.dismiss(decision)
+        # A deny stands even if not offered: a refused question must not run the tool.
+        if decision in self.request.options or decision == "reject":
+            self.dismiss(decision)
 
 
 def _variant(decision: str) -> ButtonVariant:

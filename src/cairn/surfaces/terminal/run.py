@@ -6,6 +6,10 @@ the environment, then the flags), so both agree on every setting. Unlike
 only decides which calls ask. Setup failures are one line on stderr and an
 exit code, as with ``-p``: 2 for a usage or configuration error, 1 for a
 session that cannot be opened.
+
+On the way out, once the app has left the alternate screen (so the line stays
+in the shell's scrollback), a session with at least one message is followed
+by how to come back to it: ``cairn --resume <id>``.
 """
 
 from __future__ import annotations
@@ -89,10 +93,14 @@ async def _run(args: TerminalArgs, model: ModelConfig, settings: Settings) -> in
             return _fail(f"cairn: {exc}", EXIT_USAGE)
         except StoreError as exc:
             return _fail(f"cairn: {one_line(str(exc))}", EXIT_FAILED)
+        app = CairnApp(runtime, agent, driver_class=driver_class())
         try:
-            await CairnApp(runtime, agent, driver_class=driver_class()).run_async()
+            await app.run_async()
+            resume = app.resume_command  # the session open at the end (/clear, /resume)
         finally:
             runtime.close()
+    if resume is not None:
+        _say(f"Resume this session with: {resume}")
     return 0
 
 
@@ -103,6 +111,12 @@ def open_session(runtime: Runtime, args: TerminalArgs) -> AgentSession:
     if args.latest:
         return AgentSession.resume(runtime)
     return AgentSession.new(runtime)
+
+
+def _say(line: str) -> None:
+    """A line for the terminal the app drew on: stdout, unless only stderr is one."""
+    out = sys.stdout if sys.stdout.isatty() or not sys.stderr.isatty() else sys.stderr
+    print(line, file=out, flush=True)
 
 
 def _fail(message: str, code: int) -> int:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, TypeVar
 
+from rich.cells import cell_len, get_character_cell_size
+
 from cairn.agent.commands import COMMANDS, HELP
 from cairn.agent.events import SessionStatus
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, Message, ToolCall
@@ -30,7 +32,7 @@ RENDER_LIMIT_EXPANDED = 10
 HISTORY_PAGE = 300
 #: Entries mounted above the first one shown each time the user goes up to the top.
 EARLIER_STEP = 30
-#: A tool's result is shown as at most this many characters, on one line.
+#: A tool's result is shown as at most this many terminal cells, on one line.
 RESULT_CHARS = 120
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -74,9 +76,29 @@ def earlier_text(messages: int) -> str:
 
 
 def one_line(text: str, limit: int = RESULT_CHARS) -> str:
-    """``text`` on one line (breaks as ``⏎``), cut to ``limit`` characters with ``…``."""
-    flat = " ⏎ ".join(line.strip() for line in text.strip().splitlines() if line.strip())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    """``text`` on one line (breaks as ``⏎``), cut to ``limit`` terminal cells with ``…``.
+
+    Cells, not characters: a Chinese character takes two, so 120 of them would
+    be 240 cells and wrap under the line they belong to. A tab is one space: it
+    counts no cell, yet the screen widens it to the next tab stop.
+    """
+    lines = (line.strip().replace("\t", " ") for line in text.strip().splitlines())
+    flat = " ⏎ ".join(line for line in lines if line)
+    return flat if cell_len(flat) <= limit else cut_cells(flat, limit - 1) + "…"
+
+
+def cut_cells(text: str, cells: int) -> str:
+    """The longest start of ``text`` that takes at most ``cells`` terminal cells.
+
+    A wide character that would straddle the limit is left out whole (never
+    half of it, never a space in its place).
+    """
+    used = 0
+    for index, character in enumerate(text):
+        used += get_character_cell_size(character)
+        if used > cells:
+            return text[:index]
+    return text
 
 
 def tool_label(call: ToolCall) -> str:

@@ -6,18 +6,23 @@ came in (in order) and redraws an entry only when its ``version`` moved, so a
 streaming response redraws one widget, not thirty. Above the entries, a line
 says what comes before them; entries mounted or removed above the view leave
 what is on the screen where it was, and scrolling to the top of the list
-asks the app for more (``MessageList.ReachedTop``).
+asks the app for more (``MessageList.ReachedTop``). At its end the list stays
+there as entries come and grow (Textual's anchor), until the user scrolls up;
+``follow`` goes back (a prompt sent, Ctrl+End).
 
 ``PromptInput`` is a multi-line box: Enter sends, Ctrl+J (or a line ending in
 ``\\`` then Enter, since a terminal cannot tell Shift+Enter from Enter) starts
 a new line, a paste keeps its newlines, and it grows up to ``PROMPT_LINES``
-lines before it scrolls.
+lines before it scrolls. A large paste (``cairn.agent.paste``, the rule every
+surface shares) shows in the box as its label and is sent whole; in the list,
+a user message that long is folded (``PastedView``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rich.markdown import Markdown
 from rich.text import Text
@@ -28,6 +33,7 @@ from textual.message import Message as TextualMessage
 from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
+from cairn.agent.paste import FOLDED_HEAD_LINES, is_large_paste, paste_label
 from cairn.surfaces.terminal.view import Entry, History, completion, more_label
 
 #: The input box grows with its text up to this many lines, then scrolls.
@@ -39,17 +45,24 @@ NEWLINE_KEYS = ("ctrl+j", "shift+enter")
 def _renderable(entry: Entry) -> Markdown | Text:
     match entry.kind:
         case "user":
-            # A multi-line prompt's later lines line up under its first.
-            return Text.assemble(("› ", "bold cyan"), entry.text.replace("\n", "\n  "))
+            return _user_text(entry.text)
         case "assistant":
             return Markdown(entry.text or " ")
         case "tool":
-            result = (entry.detail, _style(entry))
-            return Text.assemble(("⏺ ", "bold"), entry.text, "\n  ⎿ ", result)
+            return Text.assemble(("⏺ ", "bold"), entry.text)
         case "error":
             return Text.assemble(("✗ ", "bold red"), (entry.text, "red"))
         case _:
             return Text(entry.text, style="dim italic")
+
+
+def _user_text(text: str) -> Text:
+    # A multi-line prompt's later lines line up under its first.
+    return Text.assemble(("› ", "bold cyan"), text.replace("\n", "\n  "))
+
+
+def _result_text(entry: Entry) -> Text:
+    return Text.assemble("  ⎿ ", (entry.detail, _style(entry)))
 
 
 def _style(entry: Entry) -> str:
@@ -87,51 +100,106 @@ class CompactView(Collapsible):
         self.title = entry.detail
 
 
+#: A fold under an entry (a tool's whole result, a pasted block): flush with the entry's text.
+_FOLD_CSS = """
+    {view} > Collapsible {{
+        background: transparent;
+        border-top: none;
+        padding: 0 0 0 2;
+    }}
+    {view} > Collapsible > Contents {{ padding: 0 0 0 2; }}
+"""
+
+
 class ToolView(Vertical):
     """A tool call: its arguments and a one-line result; a longer result expands on demand.
 
-    The whole result sits in a collapsed ``Collapsible`` under the short one
-    (click its title, or focus it and press Enter); a result that fits the
-    short form has none.
+    The short result is one row whatever the terminal's width: a row that
+    wrapped would start at the screen's edge, under nothing it belongs to.
+    The whole result sits in a collapsed ``Collapsible`` under it (click its
+    title, or focus it and press Enter); a result that fits the short form
+    has none.
     """
 
     DEFAULT_CSS = """
     ToolView { height: auto; }
-    ToolView > Collapsible {
-        background: transparent;
-        border-top: none;
-        padding: 0 0 0 2;
-    }
-    ToolView > Collapsible > Contents { padding: 0 0 0 2; }
-    """
+    ToolView > .result { text-wrap: nowrap; text-overflow: ellipsis; }
+    """ + _FOLD_CSS.format(view="ToolView")
 
     def __init__(self, entry: Entry, *, expanded: bool = False) -> None:
         super().__init__(classes="entry tool")
         self.entry_id = entry.id
         self.version = entry.version
         self.head = Static(_renderable(entry))
+        self.result = Static(_result_text(entry), classes="result")
         self.full = Static(Text(entry.full, style=_style(entry)), classes="full-result")
         self.more = Collapsible(self.full, title=more_label(entry.full), collapsed=not expanded)
         self.more.display = bool(entry.full)
 
     def compose(self) -> ComposeResult:
         yield self.head
+        yield self.result
         yield self.more
 
     def redraw(self, entry: Entry) -> None:
         self.version = entry.version
         self.head.update(_renderable(entry))
+        self.result.update(_result_text(entry))
         self.full.update(Text(entry.full, style=_style(entry)))
         self.more.title = more_label(entry.full)
         self.more.display = bool(entry.full)
 
 
-EntryWidget = EntryView | CompactView | ToolView
+class PastedView(Vertical):
+    """A user message long enough to be a pasted block (``is_large_paste``), folded.
+
+    Its first ``FOLDED_HEAD_LINES`` lines (one row each), then the label
+    (``[Pasted text #1 · 2,000 lines]``) as the title of a collapsed
+    ``Collapsible`` holding the whole message: 2,000 lines on the screen would
+    push the answer out of it, and a resumed session folds the same way since
+    the rule reads only the message. Expanded, the whole text replaces the
+    first lines rather than repeating them.
+    """
+
+    DEFAULT_CSS = """
+    PastedView { height: auto; }
+    PastedView > .head { text-wrap: nowrap; text-overflow: ellipsis; }
+    """ + _FOLD_CSS.format(view="PastedView")
+
+    def __init__(self, entry: Entry) -> None:
+        super().__init__(classes="entry user pasted")
+        self.entry_id = entry.id
+        self.version = entry.version
+        head = "\n".join(entry.text.split("\n", FOLDED_HEAD_LINES)[:FOLDED_HEAD_LINES])
+        self.head = Static(_user_text(head), classes="head")
+        self.full = Static(_user_text(entry.text), classes="full-message")
+        self.more = Collapsible(self.full, title=paste_label(1, entry.text), collapsed=True)
+
+    def compose(self) -> ComposeResult:
+        yield self.head
+        yield self.more
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        event.stop()
+        self.head.display = False
+
+    def on_collapsible_collapsed(self, event: Collapsible.Collapsed) -> None:
+        event.stop()
+        self.head.display = True
+
+    def redraw(self, entry: Entry) -> None:
+        # A user message never changes once added: only its version is kept.
+        self.version = entry.version
+
+
+EntryWidget = EntryView | CompactView | ToolView | PastedView
 
 
 def entry_widget(entry: Entry, *, expanded: bool = False) -> EntryWidget:
     if entry.kind == "compact":
         return CompactView(entry, expanded=expanded)
+    if entry.kind == "user" and is_large_paste(entry.text):
+        return PastedView(entry)
     return ToolView(entry, expanded=expanded) if entry.kind == "tool" else EntryView(entry)
 
 
@@ -160,7 +228,8 @@ class MessageList(VerticalScroll):
         yield self.earlier
 
     def mounted(self) -> list[EntryWidget]:
-        return [w for w in self.children if isinstance(w, EntryView | CompactView | ToolView)]
+        widgets = EntryView | CompactView | ToolView | PastedView
+        return [w for w in self.children if isinstance(w, widgets)]
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -229,6 +298,18 @@ class MessageList(VerticalScroll):
             # Likewise, where the anchor went is known only after the refresh.
             self.call_after_refresh(self._keep, *anchor)
 
+    def on_mount(self) -> None:
+        # Textual's anchor keeps the list at its end as it is laid out: an entry whose
+        # height is known only a refresh or two after it was mounted (a long answer
+        # in a real terminal) still ends on the screen, where a scroll made after one
+        # refresh stopped short of it and the list stopped following. Any scroll of
+        # the user's releases it; back at the end, it holds again.
+        self.anchor()
+
+    def follow(self) -> None:
+        """To the end of the list, held there as it grows (a prompt sent, Ctrl+End)."""
+        self.scroll_end(animate=False)  # after the next refresh; it holds the anchor again
+
     def _to_end(self) -> None:
         self._ending = False
         self.scroll_end(animate=False, immediate=True)
@@ -249,8 +330,23 @@ class MessageList(VerticalScroll):
                 self.scroll_to(y=widget.virtual_region.y - offset, animate=False, immediate=True)
 
 
+class Paste(NamedTuple):
+    """A paste the input box shows as its label: ``#number`` in the prompt, and its text."""
+
+    number: int
+    text: str
+
+
 class PromptInput(TextArea):
-    """The input box: multi-line, with history on up / down at its first / last line."""
+    """The input box: multi-line, with history on up / down at its first / last line.
+
+    A large paste (``is_large_paste``) goes in as its label,
+    ``[Pasted text #1 · 2,000 lines]``, numbered in the prompt: the box stays
+    a few lines the user can still edit around, and the label is replaced by
+    the whole paste when the prompt is sent. Backspace after a label (Delete
+    before one) removes it whole; a label no longer in the box, however it
+    went, takes its paste with it.
+    """
 
     DEFAULT_CSS = f"""
     PromptInput {{ height: auto; max-height: {PROMPT_LINES + 2}; }}
@@ -258,7 +354,7 @@ class PromptInput(TextArea):
 
     @dataclass
     class Submitted(TextualMessage):
-        """Enter was pressed: ``value`` is the whole prompt, newlines and all."""
+        """Enter was pressed: ``value`` is the whole prompt, newlines and pastes and all."""
 
         prompt: PromptInput
         value: str
@@ -275,6 +371,11 @@ class PromptInput(TextArea):
             highlight_cursor_line=False,
         )
         self.prompt_history = History()
+        #: The pastes the box holds as labels: label → its number and the pasted text.
+        self.pastes: dict[str, Paste] = {}
+        #: The pastes of each prompt sent (or left for the history), by its text as typed,
+        #: so a prompt recalled from the history still expands its labels.
+        self._recalled: dict[str, dict[str, Paste]] = {}
 
     @property
     def value(self) -> str:
@@ -286,6 +387,20 @@ class PromptInput(TextArea):
         self.load_text(text)
         self.move_cursor(self.document.end)
 
+    @property
+    def expanded(self) -> str:
+        """The prompt as it is sent: every label replaced by its paste."""
+        text = self.text
+        for label, paste in self.pastes.items():
+            text = text.replace(label, paste.text)
+        return text
+
+    def remember(self) -> None:
+        """Put the prompt as typed in the history, its pastes with it."""
+        self.prompt_history.add(self.text)
+        if self.pastes:
+            self._recalled[self.text] = dict(self.pastes)
+
     async def _on_key(self, event: events.Key) -> None:
         key = event.key
         handled = True
@@ -293,6 +408,8 @@ class PromptInput(TextArea):
             self._enter()
         elif key in NEWLINE_KEYS:
             self.replace("\n", *self.selection, maintain_selection_offset=False)
+        elif key in ("backspace", "delete") and self._delete_label(forward=key == "delete"):
+            pass
         elif key == "tab" and (completed := completion(self.text)) is not None:
             self.value = completed
         elif key == "up" and self.navigator.is_first_wrapped_line(self.cursor_location):
@@ -314,12 +431,52 @@ class PromptInput(TextArea):
         if start == end and column > 0 and self.document[row][column - 1] == "\\":
             self.replace("\n", (row, column - 1), end, maintain_selection_offset=False)
         else:
-            self.post_message(self.Submitted(self, self.text))
+            self.post_message(self.Submitted(self, self.expanded))
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        # A terminal sends a pasted line break as CR (tmux, xterm): the text area reads
+        # CR as a break too, so the paste it would insert and the one kept here agree.
+        text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        if self.read_only or not is_large_paste(text):
+            return  # the text area inserts it as it is
+        event.stop()
+        event.prevent_default()  # not the text area's own insertion too
+        number = max((paste.number for paste in self.pastes.values()), default=0) + 1
+        label = paste_label(number, text)
+        self.pastes[label] = Paste(number, text)
+        result = self.replace(label, *self.selection, maintain_selection_offset=False)
+        self.move_cursor(result.end_location)
+        self.focus()
+
+    def _delete_label(self, *, forward: bool) -> bool:
+        """Backspace right after a label, or Delete right before one: the whole label goes."""
+        start, end = self.selection
+        if start != end:
+            return False
+        row, column = end
+        line = self.document[row]
+        for label in self.pastes:
+            if not forward and line[:column].endswith(label):
+                self.replace("", (row, column - len(label)), end, maintain_selection_offset=False)
+                return True
+            if forward and line[column:].startswith(label):
+                self.replace("", end, (row, column + len(label)), maintain_selection_offset=False)
+                return True
+        return False
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        # Not stopped: the app watches the box's text too.
+        text = self.text
+        for label in [label for label in self.pastes if label not in text]:
+            del self.pastes[label]  # the label was deleted: so is its paste
 
     def _recall(self, move: Callable[[str], str], *, at_end: bool) -> None:
         """Show a history entry: the cursor on its last line after down, its first after up,
         so the next press in the same direction goes on through the history."""
+        if self.pastes:
+            self._recalled[self.text] = dict(self.pastes)  # the draft's, for coming back to it
         self.load_text(move(self.text))
+        self.pastes = dict(self._recalled.get(self.text, {}))
         first = (0, len(self.document[0]))
         self.move_cursor(self.document.end if at_end else first)
         self.post_message(self.HistoryMoved())
