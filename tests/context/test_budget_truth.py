@@ -533,9 +533,9 @@ def test_a_paste_halved_several_times_counts_every_character_left_out() -> None:
     for _ in range(6):
         again = shrink(again, 2)
     text = again[0].text
-    (count,) = re.findall(r"\[… ([\d,]+) characters omitted …\]", text)
-    kept = len(text) - len(f"\n[… {count} characters omitted …]\n")
-    assert int(count.replace(",", "")) == len(paste) - kept
+    (said,) = re.findall(r"\[… ([\d,]+) characters omitted …\]", text)
+    kept = len(text) - len(f"\n[… {said} characters omitted …]\n")
+    assert int(said.replace(",", "")) == len(paste) - kept
 
 
 def test_a_fork_that_would_not_fit_is_shrunk_before_it_is_sent(
