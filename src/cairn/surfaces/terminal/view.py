@@ -390,8 +390,8 @@ class Transcript:
         entry = self._by_id.get(_tool_id(call_id))
         text = one_line(result.text) or "(no output)"
         full = result.text.strip("\n").rstrip()
-        if full.strip() == text:
-            full = ""  # the short form is the whole result
+        if full.strip().replace("\t", " ") == text:
+            full = ""  # the short form is the whole result (its tabs as spaces)
         if entry is None:
             name = result.name or "tool"
             entry = self.append(Entry(_tool_id(call_id), "tool", name, text, position=position))
