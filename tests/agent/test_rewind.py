@@ -15,11 +15,11 @@ import pytest
 
 from cairn import AgentSession, SessionBusyError
 from cairn.agent.events import SessionStatus
-from cairn.agent.rewind import BRANCH_KEY, RewindPointError
-from cairn.agent.session import Runtime
+from cairn.agent.rewind import RewindPointError
+from cairn.agent.session import BRANCH_KEY, Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.snapshots import SNAPSHOTS_DIR
-from cairn.messages import Message
+from cairn.messages import Message, ToolCall
 from cairn.provider import ChatRequest, ModelConfig
 from cairn.store import (
     JsonlStoreFactory,
@@ -389,6 +389,39 @@ def test_fork_copies_the_session_as_it_stands(tmp_path: Path) -> None:
     # The fork carries the snapshots: rewinding it puts the files back.
     outcome = fork.rewind(fork.prompt_points()[0].id, restore_files=True)
     assert set(outcome.files.removed) == {rt.workspace / "a.txt", rt.workspace / "b.txt"}
+    rt.close()
+
+
+def test_a_branch_reads_the_outputs_its_copied_messages_saved_in_earlier_sessions(
+    tmp_path: Path,
+) -> None:
+    """A long output is saved in the original session's folder and its message names
+    that path: the branch (and a branch of it) must still read it, never write there."""
+    long_output = "seq 1 40000"
+    script = Script({"a": [Answer(calls=[bash(long_output)]), Answer("counted")], "b": []})
+    rt = make_runtime(tmp_path, script, window=16_384)
+    agent = AgentSession.new(rt)
+    run_prompts(rt, agent, ["a", "b"])
+    saved = (
+        next(m.text for m in api(rt) if m.role == "tool" and "is saved at" in m.text)
+        .split("is saved at ")[1]
+        .split(". Read it")[0]
+    )
+    assert Path(saved).is_relative_to(rt.current.session_dir)
+    first = agent.rewind(agent.prompt_points()[1].id)
+    second = first.session.fork()
+
+    def read(path: str) -> Message:
+        call = ToolCall("r1", "read_file", json.dumps({"path": path, "limit": 3}))
+        return asyncio.run(rt.current.tools.execute(call, rt.current.tool_context()))
+
+    shown = read(saved)
+    assert not shown.meta.tool_error and "40000" not in shown.text and "1" in shown.text
+    assert rt.current.id == second.id and len(rt.current.lineage) == 2
+    # Another session's folder stays closed: only the branch's own ancestors.
+    outside = tmp_path / "home" / "elsewhere.txt"
+    outside.write_text("not yours")
+    assert read(str(outside)).meta.tool_error
     rt.close()
 
 

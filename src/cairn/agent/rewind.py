@@ -42,13 +42,13 @@ from pathlib import Path
 
 import orjson
 
-from cairn.agent.session import Session
+from cairn.agent.session import BRANCH_KEY, Session
 from cairn.agent.snapshots import SNAPSHOTS_DIR, FileSnapshots, Snapshot
 from cairn.agent.state import SessionState
 from cairn.agent.tools.base import ToolContext
 from cairn.agent.tools.paths import read_all, writable_slot, write_at
 from cairn.errors import CairnError
-from cairn.messages import Message
+from cairn.messages import JSONValue, Message
 from cairn.store import (
     MessageRecord,
     Record,
@@ -57,8 +57,6 @@ from cairn.store import (
     new_session_id,
 )
 
-#: The state key of the record that ends a branch: ``{"from", "at", "kind"}``.
-BRANCH_KEY = "branch"
 #: Tools whose writes the snapshots cover; every other writing call is named instead.
 SNAPSHOT_TOOLS = frozenset({"write_file", "edit_file"})
 
@@ -250,7 +248,10 @@ def _write_branch(
     stores = session.runtime.store_factory
     branch_id = new_session_id()
     header = SessionRecord(branch_id, str(session.workspace), model=session.model.model)
-    note = StateRecord(BRANCH_KEY, {"from": session.id, "at": at, "kind": kind})
+    # Every session this one came from, oldest first: their folders hold the saved
+    # outputs the copied messages name, which the branch's read tools may open.
+    lineage: list[JSONValue] = [*session.lineage, session.id]
+    note = StateRecord(BRANCH_KEY, {"from": session.id, "at": at, "kind": kind, "lineage": lineage})
     folder = stores.artifacts_dir(session.workspace, branch_id)
     try:
         # The snapshots first: the transcript, written last in one step, is what

@@ -48,7 +48,7 @@ from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.llm_summarizer import LLMSummarizer
-from cairn.messages import Message, new_id, system
+from cairn.messages import JSONValue, Message, new_id, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig, window_notice
 from cairn.provider.metering import MeteredProvider
@@ -125,14 +125,19 @@ class Session:
             if runtime.instructions
             else None
         )
+        #: The sessions this one was branched from (rewind, fork), oldest first:
+        #: their folders' saved outputs, named by the copied messages, stay readable.
+        self.lineage: tuple[str, ...] = ()
         if resume:
             store = stores.open(self.workspace, session_id)
             self._restore_state(store)
+            self.lineage = _lineage(store.resumption.state.get(BRANCH_KEY))
         else:
             store = stores.create(
                 self.workspace,
                 SessionRecord(session_id, str(self.workspace), model=self.model.model),
             )
+        self.lineage_dirs = tuple(stores.artifacts_dir(self.workspace, p) for p in self.lineage)
         # A transcript replaced or deleted under the writer is recovered by the
         # store; the user must hear where the session went, on every surface.
         store.on_warning(lambda text: self.events.publish(Notice(text)))
@@ -210,6 +215,7 @@ class Session:
             workspace=self.workspace,
             state=self.state,
             session_dir=self.session_dir,
+            lineage_dirs=self.lineage_dirs,
             permission_mode=self.runtime.permission_mode,
             ask=self._request_permission if self.runtime.answers_permissions else None,
             abort=self._abort,
@@ -395,6 +401,19 @@ class Session:
         saved = store.resumption.state.get(STATE_KEY)
         if saved is not None:
             self._open_notices += self.state.restore(saved)
+
+
+#: The state key of the record that ends a branch (``cairn.agent.rewind``):
+#: ``{"from", "at", "kind", "lineage"}``.
+BRANCH_KEY = "branch"
+
+
+def _lineage(value: JSONValue | None) -> tuple[str, ...]:
+    """The session ids of a branch record's ``lineage``, oldest first."""
+    lineage = value.get("lineage") if isinstance(value, dict) else None
+    if not isinstance(lineage, list):
+        return ()
+    return tuple(parent for parent in lineage if isinstance(parent, str))
 
 
 class Runtime:

@@ -51,6 +51,9 @@ class ToolContext:
     state: SessionState
     #: The session's folder for artifacts (plans, background output).
     session_dir: Path
+    #: The folders of the sessions this one was branched from: read-only, for the
+    #: saved outputs their copied messages name.
+    lineage_dirs: tuple[Path, ...] = ()
     permission_mode: PermissionMode = "ask"
     ask: Asker | None = None
     abort: asyncio.Event = field(default_factory=asyncio.Event)

@@ -485,7 +485,7 @@ def open_readable(ctx: ToolContext, raw: str) -> Opened:
     if plan is not None:
         return open_plan(*plan)
     workspace, session = Root.of(ctx.workspace), Root.of(ctx.session_dir)
-    roots = [workspace, session]
+    roots = [workspace, session, *(Root.of(d) for d in ctx.lineage_dirs)]
     try:
         start, parts = _start(raw, workspace, roots)
         return open_beneath(roots, start, parts)
