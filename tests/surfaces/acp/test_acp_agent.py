@@ -68,6 +68,7 @@ def test_new_session_then_the_commands_list_with_compact_and_its_input_hint(
                 "ask",
                 "accept-edits",
                 "bypass",
+                "plan",
             ]
             await arrived(editor, "available_commands_update")
             update = editor.client.updates(sid)[0]
@@ -372,6 +373,30 @@ def test_set_mode_switches_the_permission_mode_of_that_session(
 
     asyncio.run(scenario())
     assert (tmp_path / "ws" / "a.txt").read_text() == "A"
+
+
+def test_plan_mode_set_by_the_editor_refuses_writes_and_tells_the_model(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 29: the session's modes over ACP are AgentSession's — plan mode too."""
+    openai_server.script(write_call("a.txt", "A"), Reply(text="planned"))
+
+    async def scenario() -> None:
+        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+            sid = await editor.new()
+            await editor.conn.set_session_mode(session_id=sid, mode_id="plan")
+            await editor.ask(sid, "write a.txt")
+            modes = [
+                u["currentModeId"]
+                for u in editor.client.updates(sid)
+                if u["sessionUpdate"] == "current_mode_update"
+            ]
+            assert modes == ["plan"]
+
+    asyncio.run(scenario())
+    assert not (tmp_path / "ws" / "a.txt").exists()
+    first = openai_server.bodies[0]["messages"]
+    assert any("Plan mode is active" in str(m.get("content")) for m in first)
 
 
 def test_the_session_list_shows_this_workspaces_sessions_newest_first(

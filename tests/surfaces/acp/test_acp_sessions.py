@@ -202,6 +202,7 @@ def test_config_options_are_advertised_and_setting_one_changes_the_live_session(
                 "ask",
                 "accept-edits",
                 "bypass",
+                "plan",
             ]
             windows = [c.value for c in advertised["context_window"].options]
             assert "32768" in windows and "8192" in windows

@@ -139,6 +139,8 @@ def test_the_completion_line_comes_from_the_help_text() -> None:
         "/compact [instructions]",
         "/clear",
         "/resume [id]",
+        "/fork",
+        "/rewind [n] [files]",
         "/status",
         "/context",
         "/cost",

@@ -1,13 +1,14 @@
 """A session's config options (``configOptions``): what an editor shows as the session's
 settings and changes with ``session/set_config_option``.
 
-Four selects, each read from and written to the session's ``Runtime``, so a
-change takes effect on the live session (the pipeline's input budget follows
-the window at once) and on the sessions ``/clear`` opens after it:
+Four selects, each read from and written to the session's ``Runtime`` (the
+mode through its ``AgentSession``), so a change takes effect on the live
+session (the pipeline's input budget follows the window at once) and on the
+sessions ``/clear`` opens after it:
 
 - ``model``: the one configured model (Cairn knows no other to offer);
-- ``mode``: the permission mode (``ask``, ``accept-edits``, ``bypass``), the
-  same setting ``session/set_mode`` changes;
+- ``mode``: the session's mode (``ask``, ``accept-edits``, ``bypass``,
+  ``plan``), the same setting ``session/set_mode`` changes;
 - ``context_window``: the window the compaction thresholds are measured
   against — the configured one and the usual sizes around it;
 - ``keep_rounds``: the latest API rounds a compaction keeps word for word.
@@ -21,8 +22,9 @@ from typing import Final
 from acp.exceptions import RequestError
 from acp.schema import SessionConfigOptionSelect, SessionConfigSelectOption
 
+from cairn.agent.agent_session import AgentSession
+from cairn.agent.events import SESSION_MODES
 from cairn.agent.session import Runtime
-from cairn.agent.tools.base import PERMISSION_MODES
 from cairn.provider.config import MIN_CONTEXT_WINDOW
 
 INVALID_PARAMS: Final = -32602
@@ -31,8 +33,9 @@ MODE_NAMES: Final[dict[str, tuple[str, str]]] = {
     "ask": ("Ask", "Ask before every edit and command"),
     "accept-edits": ("Accept edits", "Edit files in the workspace; ask before commands"),
     "bypass": ("Bypass permissions", "Run everything without asking"),
+    "plan": ("Plan", "Explore read-only and write a plan; no edits or commands"),
 }
-assert tuple(MODE_NAMES) == PERMISSION_MODES
+assert tuple(MODE_NAMES) == SESSION_MODES
 
 #: The windows offered beside the configured one (common model sizes).
 WINDOWS: Final = (8_192, 16_384, 32_768, 65_536, 131_072, 200_000, 262_144, 1_000_000)
@@ -72,8 +75,8 @@ def _select(
     )
 
 
-def config_options(runtime: Runtime) -> list[SessionConfigOptionSelect]:
-    """Every option with its current value."""
+def config_options(runtime: Runtime, mode: str) -> list[SessionConfigOptionSelect]:
+    """Every option with its current value (``mode``: the session's, ``AgentSession.mode``)."""
     model = runtime.model
     window = model.context_window
     windows = sorted({*WINDOWS, *([window] if window else [])})
@@ -95,8 +98,8 @@ def config_options(runtime: Runtime) -> list[SessionConfigOptionSelect]:
             "mode",
             "Permission mode",
             "What runs without asking",
-            runtime.permission_mode,
-            [(mode, MODE_NAMES[mode][0]) for mode in PERMISSION_MODES],
+            mode,
+            [(each, MODE_NAMES[each][0]) for each in SESSION_MODES],
             "mode",
         ),
         _select(
@@ -116,9 +119,9 @@ def config_options(runtime: Runtime) -> list[SessionConfigOptionSelect]:
     ]
 
 
-def set_option(runtime: Runtime, option_id: str, value: str | bool) -> None:
+def set_option(agent: AgentSession, runtime: Runtime, option_id: str, value: str | bool) -> None:
     """Apply one option to the session; ``RequestError`` (invalid params) if it is not one."""
-    offered = {o.id: o for o in config_options(runtime)}
+    offered = {o.id: o for o in config_options(runtime, agent.mode)}
     option = offered.get(option_id)
     if option is None:
         known = ", ".join(OPTION_IDS)
@@ -132,7 +135,7 @@ def set_option(runtime: Runtime, option_id: str, value: str | bool) -> None:
             f"{option_id} cannot be {value!r}; one of {', '.join(values)}",
         )
     if option_id == "mode":
-        runtime.permission_mode = value  # type: ignore[assignment]  # checked against the modes
+        agent.set_mode(value)  # type: ignore[arg-type]  # checked against the modes
     elif option_id == "context_window":
         if value != UNKNOWN:
             window = int(value)

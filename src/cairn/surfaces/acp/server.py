@@ -67,9 +67,11 @@ from acp.schema import (
 from acp.utils import normalize_result
 
 from cairn.agent.agent_session import AgentSession
+from cairn.agent.events import SESSION_MODES
+from cairn.agent.events import SessionMode as SessionModeId
 from cairn.agent.session import Runtime
 from cairn.agent.settings import Settings, SettingsError, load_settings
-from cairn.agent.tools.base import PERMISSION_MODES, PermissionMode
+from cairn.agent.tools.base import PermissionMode
 from cairn.errors import CairnError
 from cairn.messages import ContentPart, ImagePart, JSONObject, JSONValue, TextPart
 from cairn.provider import ChatProvider, ModelConfig
@@ -103,8 +105,8 @@ EXTENSIONS: JSONObject = {
     }
 }
 
-MODES: tuple[tuple[PermissionMode, str, str], ...] = tuple(
-    (mode, *MODE_NAMES[mode]) for mode in PERMISSION_MODES
+MODES: tuple[tuple[SessionModeId, str, str], ...] = tuple(
+    (mode, *MODE_NAMES[mode]) for mode in SESSION_MODES
 )
 
 #: JSON-RPC's "request cancelled" (``$/cancel_request`` answered with an error).
@@ -269,8 +271,8 @@ class CairnAgent:
         thread.channel.notify_after_response(thread.send_commands)
         return NewSessionResponse(
             session_id=thread.acp_id,
-            modes=self._modes(runtime),
-            config_options=config_options(runtime),  # type: ignore[arg-type]
+            modes=self._modes(agent.mode),
+            config_options=config_options(runtime, agent.mode),  # type: ignore[arg-type]
         )
 
     async def load_session(
@@ -289,8 +291,8 @@ class CairnAgent:
         thread.send_usage()
         await self.channel.flush()
         return LoadSessionResponse(
-            modes=self._modes(thread.runtime),
-            config_options=config_options(thread.runtime),  # type: ignore[arg-type]
+            modes=self._modes(thread.agent.mode),
+            config_options=config_options(thread.runtime, thread.agent.mode),  # type: ignore[arg-type]
         )
 
     async def resume_session(
@@ -307,8 +309,8 @@ class CairnAgent:
         thread.send_usage()
         await self.channel.flush()
         return ResumeSessionResponse(
-            modes=self._modes(thread.runtime),
-            config_options=config_options(thread.runtime),  # type: ignore[arg-type]
+            modes=self._modes(thread.agent.mode),
+            config_options=config_options(thread.runtime, thread.agent.mode),  # type: ignore[arg-type]
         )
 
     async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
@@ -352,11 +354,11 @@ class CairnAgent:
         self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
     ) -> SetSessionConfigOptionResponse:
         thread = self._thread(session_id)
-        set_option(thread.runtime, config_id, value)
+        set_option(thread.agent, thread.runtime, config_id, value)
         thread.send_usage()  # the meter's size follows the window
         await self.channel.flush()
         return SetSessionConfigOptionResponse(
-            config_options=config_options(thread.runtime)  # type: ignore[arg-type]
+            config_options=config_options(thread.runtime, thread.agent.mode)  # type: ignore[arg-type]
         )
 
     async def list_sessions(
@@ -386,10 +388,10 @@ class CairnAgent:
         self, session_id: str, mode_id: str, **kwargs: Any
     ) -> SetSessionModeResponse:
         thread = self._thread(session_id)
-        if mode_id not in PERMISSION_MODES:
-            known = ", ".join(PERMISSION_MODES)
+        if mode_id not in SESSION_MODES:
+            known = ", ".join(SESSION_MODES)
             raise RequestError(INVALID_PARAMS, f"unknown mode {mode_id!r}; one of {known}")
-        thread.runtime.permission_mode = mode_id
+        thread.agent.set_mode(mode_id)
         return SetSessionModeResponse()
 
     # -- turns -------------------------------------------------------------------------
@@ -532,9 +534,9 @@ class CairnAgent:
             )
         return thread
 
-    def _modes(self, runtime: Runtime) -> SessionModeState:
+    def _modes(self, current: SessionModeId) -> SessionModeState:
         return SessionModeState(
-            current_mode_id=runtime.permission_mode,
+            current_mode_id=current,
             available_modes=[
                 SessionMode(id=mode, name=name, description=description)
                 for mode, name, description in MODES

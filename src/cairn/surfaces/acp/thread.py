@@ -52,6 +52,7 @@ from cairn.agent.events import (
     Event,
     MessageAdded,
     MessageUpdated,
+    ModeChange,
     Notice,
     PermissionRequested,
     SummaryPrepared,
@@ -267,6 +268,8 @@ class Thread:
             case UsageUpdate(latest_total_tokens=tokens, window=window):
                 if window:
                     self.send(updates.usage(tokens, window))
+            case ModeChange(mode=mode):
+                self.send(updates.current_mode(mode))
             case Notice(code="cancelled"):
                 pass  # the prompt's stop reason, ``cancelled``, says it: no agent text
             case Notice(text=text):

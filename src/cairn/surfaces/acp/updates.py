@@ -27,6 +27,7 @@ from acp.schema import (
     AvailableCommandInput,
     AvailableCommandsUpdate,
     ContentToolCallContent,
+    CurrentModeUpdate,
     ImageContentBlock,
     PlanEntry,
     TerminalToolCallContent,
@@ -260,6 +261,11 @@ def plan(call: ToolCall) -> JSONObject | None:
 def usage(used: int, size: int) -> JSONObject:
     """``used``: the provider's ``total_tokens`` of the latest response; ``size``: the window."""
     return _json(AcpUsageUpdate(session_update="usage_update", used=used, size=size))
+
+
+def current_mode(mode: str) -> JSONObject:
+    """The session's mode changed (Shift+Tab's cycle, a config option, plan mode)."""
+    return _json(CurrentModeUpdate(session_update="current_mode_update", current_mode_id=mode))
 
 
 def available_commands() -> JSONObject:
