@@ -335,3 +335,27 @@ def test_added_messages_are_published_in_order_for_a_mention(
     rt.close()
     roles = [e.message.role for e in seen if isinstance(e, MessageAdded)]
     assert roles == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_mentioned_file_is_restored_after_a_compaction_like_a_read(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.respond_with(
+        lambda body: Reply(text=SUMMARY if is_fork(body) else "The rule is noted. " * 40)
+    )
+    rt = runtime(tmp_path, openai_server)
+    (rt.workspace / "RULES.md").write_text("Rule 7: never push on Fridays.\n")
+    agent = AgentSession.new(rt)
+
+    async def scenario() -> Any:
+        await agent.prompt("follow @RULES.md")
+        for n in range(3):
+            await agent.prompt(f"step {n}")
+        return await agent.compact()
+
+    outcome = asyncio.run(scenario())
+    context = list(rt.current.api_messages)
+    rt.close()
+    assert outcome.compaction is not None, outcome.text
+    restored = [m for m in context if m.meta.kind == "restoration" and "RULES.md" in m.text]
+    assert restored and "Rule 7: never push on Fridays." in restored[0].text
