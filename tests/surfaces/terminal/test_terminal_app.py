@@ -262,7 +262,53 @@ def test_compact_while_streaming_is_ignored_with_a_notice(
     rt.close()
 
 
-def test_a_prompt_sent_while_an_answer_streams_stays_in_the_box_to_send_later(
+def test_a_prompt_sent_while_an_answer_streams_is_queued_and_goes_when_the_turn_ends(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    rt = make_runtime(tmp_path, openai_server)
+    app = CairnApp(rt, AgentSession.new(rt))
+
+    async def scenario() -> None:
+        async with app.run_test() as pilot:
+            prompt = app.query_one(PromptInput)
+            answering(openai_server, lambda body: Reply(text=ANSWER, hold=gate, hold_after=4))
+            await submit(pilot, "explain calc.py")
+            await until(pilot, lambda: app.agent.status == "streaming", "streaming")
+            await submit(pilot, "and then the tests")
+            await until(pilot, lambda: app.queued != "", "the queued line")
+            assert app.queued == "queued › and then the tests   (Esc edits)"
+            assert prompt.value == "" and notices(app) == []  # it left the box, for the queue
+            await submit(pilot, "and the docs")
+            await until(pilot, lambda: app.queued.count("queued ›") == 2, "two lines")
+            # Esc takes them back into the box for editing; the answer goes on.
+            await pilot.press("escape")
+            await until(pilot, lambda: app.queued == "", "the queue emptied")
+            assert prompt.value == "and then the tests\n\nand the docs"
+            assert app.agent.queued == () and app.agent.status == "streaming"
+            prompt.value = "and then the tests, briefly"
+            await pilot.press("enter")
+            await until(pilot, lambda: app.queued != "", "queued again")
+            gate.set()
+            await until(
+                pilot,
+                lambda: kinds(app).count("assistant") == 2 and not app.busy,
+                "the queued prompt answered",
+            )
+            assert [e.text for e in app.transcript.entries if e.kind == "user"] == [
+                "explain calc.py",
+                "and then the tests, briefly",
+            ]
+            assert app.queued == "" and "interrupted" not in notices(app)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+    rt.close()
+
+
+def test_a_second_escape_after_taking_the_queue_back_cancels_the_turn(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
@@ -274,15 +320,17 @@ def test_a_prompt_sent_while_an_answer_streams_stays_in_the_box_to_send_later(
             answering(openai_server, lambda body: Reply(text=ANSWER, hold=gate, hold_after=4))
             await submit(pilot, "explain calc.py")
             await until(pilot, lambda: app.agent.status == "streaming", "streaming")
-            await submit(pilot, "and then the tests")
-            await until(pilot, lambda: bool(notices(app)), "the notice")
-            assert "wait for it" in notices(app)[-1]
-            assert app.query_one(PromptInput).value == "and then the tests"  # not lost
+            await submit(pilot, "later")
+            await until(pilot, lambda: app.queued != "", "the queued line")
+            await pilot.press("escape")
+            await until(pilot, lambda: app.queued == "", "taken back")
+            assert app.agent.status == "streaming"
+            await pilot.press("escape")  # nothing queued now: this one cancels
             gate.set()
-            await until(pilot, lambda: not app.busy, "the answer")
-            await pilot.press("enter")  # now it goes
-            await until(pilot, lambda: "and then the tests" in texts(app), "sent")
-            assert app.query_one(PromptInput).value == ""
+            await until(pilot, lambda: not app.busy, "the turn ends")
+            assert "interrupted" in notices(app)
+            assert app.query_one(PromptInput).value == "later"
+            assert len([b for b in openai_server.bodies if not is_fork(b)]) == 1  # never sent
 
     try:
         asyncio.run(scenario())
@@ -320,11 +368,14 @@ def test_a_second_compact_while_one_runs_is_skipped_and_clear_while_compacting_i
             await submit(pilot, f"/resume {session_id}")
             assert "/resume refused" in notices(app)[-1]
             await submit(pilot, "a prompt now")
-            assert "compacting" in notices(app)[-1]
+            await until(pilot, lambda: app.queued != "", "queued while it compacts")
             assert app.agent.id == session_id
             gate.set()
-            await until(pilot, lambda: not app.busy, "the compaction ends")
-            assert kinds(app).count("compact") == 1
+            # The compaction ends no turn: the app sends the queued line after it.
+            await until(
+                pilot, lambda: "a prompt now" in texts(app) and not app.busy, "the line sent"
+            )
+            assert kinds(app).count("compact") == 1 and app.queued == ""
             await submit(pilot, "/clear")
             await until(pilot, lambda: app.agent.id != session_id, "the new session")
             assert notices(app) == [f"new session {app.agent.id}"]

@@ -30,8 +30,10 @@ PAIRS = 5_000
 SIZE = (100, 40)
 
 
-def runtime(tmp_path: Path, base_url: str = "http://127.0.0.1:9/v1") -> Runtime:
-    model = ModelConfig(model="test-model", base_url=base_url, context_window=32_768)
+def runtime(
+    tmp_path: Path, base_url: str = "http://127.0.0.1:9/v1", window: int = 32_768
+) -> Runtime:
+    model = ModelConfig(model="test-model", base_url=base_url, context_window=window)
     return Runtime(
         tmp_path / "ws", model, OpenAIProvider(model), settings=Settings(), home=tmp_path / "home"
     )
@@ -188,4 +190,29 @@ def test_ctrl_home_goes_up_to_the_first_message_of_a_resumed_session_and_a_new_t
             assert earlier_line(app) is None
 
     asyncio.run(scenario())
+    rt.close()
+
+
+def test_a_resumed_session_over_the_budget_says_the_context_is_full_not_a_number(
+    tmp_path: Path,
+) -> None:
+    """Issue 29: a resumed session of 2,000 messages in a 4,096-token window read
+    ``~36,401 / 4,096`` — a request that is never sent, since the next one compacts
+    first. The meter says so instead (``SessionUsage.meter``)."""
+    long_session(tmp_path, pairs=1_000)
+    rt = runtime(tmp_path, window=4_096)
+    agent = AgentSession.resume(rt, LONG)
+    app = CairnApp(rt, agent)
+    seen: dict[str, object] = {}
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await settled(pilot)
+            seen["meter"] = app.meter
+
+    asyncio.run(scenario())
+    usage = agent.usage
+    assert usage.input_budget and usage.projected_tokens  # the premise: far over the budget
+    assert usage.projected_tokens > usage.input_budget
+    assert seen["meter"] == "context full · compacts before the next request · 1 compaction"
     rt.close()

@@ -1,16 +1,21 @@
 """The terminal app's pure rules: the render limit, labels, the meter, the hint line,
-which commands are refused, command completion, the transcript entries (and earlier
-pages put before them), the "earlier messages" line and the input history."""
+which commands are refused, command and ``@path`` completion, the transcript entries
+(and earlier pages put before them, and ``!command`` blocks), the queued lines, the
+"earlier messages" line and the input history."""
 
 from __future__ import annotations
 
 from rich.cells import cell_len
 
+from cairn.agent.agent_session import SessionUsage
 from cairn.agent.commands import COMMANDS, HELP
+from cairn.agent.events import QueuedPrompt
+from cairn.agent.shell import ShellOutcome, shell_message
 from cairn.messages import Message, MessageMeta, ToolCall, assistant, tool_result, user
 from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import compaction_hint, stream_tail
 from cairn.surfaces.terminal.view import (
+    CONTEXT_FULL,
     RESULT_CHARS,
     History,
     Submission,
@@ -23,9 +28,13 @@ from cairn.surfaces.terminal.view import (
     earlier_messages,
     earlier_text,
     hint_text,
+    mention_prefix,
     meter_text,
     more_label,
     one_line,
+    path_completion,
+    paths_hint,
+    queued_text,
     refusal,
     render_limit,
     session_line,
@@ -60,20 +69,82 @@ def test_the_compact_block_label() -> None:
     assert compact_label(block()) == "Conversation compacted"
 
 
+def usage(
+    tokens: int | None, budget: int | None, compactions: int, estimate: int | None = None
+) -> SessionUsage:
+    return SessionUsage(tokens, None, budget, compactions, estimate)
+
+
 def test_the_meter() -> None:
-    assert meter_text(1234, 24576, 0) == "context 1,234 / 24,576 tokens (5%) · 0 compactions"
-    assert meter_text(None, 24576, 1) == "context – / 24,576 tokens · 1 compaction"
-    assert meter_text(500, None, 2) == "context 500 tokens · 2 compactions"
+    assert meter_text(usage(1234, 24576, 0)) == "context 1,234 / 24,576 tokens (5%) · 0 compactions"
+    assert meter_text(usage(None, 24576, 1)) == "context – / 24,576 tokens · 1 compaction"
+    assert meter_text(usage(500, None, 2)) == "context 500 tokens · 2 compactions"
     # No usage from the server: the estimate, marked as one; a count always wins.
     assert (
-        meter_text(None, 4096, 0, estimate=1501)
+        meter_text(usage(None, 4096, 0, estimate=1501))
         == "context ~1,501 / 4,096 tokens (36%) · 0 compactions"
     )
-    assert meter_text(1600, 4096, 0, estimate=1501).startswith("context 1,600 / 4,096")
+    assert meter_text(usage(1600, 4096, 0, estimate=1501)).startswith("context 1,600 / 4,096")
     # The summary prepared in the background: a quiet last word, never the hint.
-    assert meter_text(500, None, 2, prepared="preparing").endswith(" · preparing summary")
-    assert meter_text(500, None, 2, prepared="ready").endswith("2 compactions · summary ready")
-    assert meter_text(500, None, 2, prepared=None) == "context 500 tokens · 2 compactions"
+    assert meter_text(usage(500, None, 2), prepared="preparing").endswith(" · preparing summary")
+    assert meter_text(usage(500, None, 2), prepared="ready").endswith(
+        "2 compactions · summary ready"
+    )
+    assert meter_text(usage(500, None, 2), prepared=None) == "context 500 tokens · 2 compactions"
+
+
+def test_the_meter_never_shows_a_number_over_the_budget() -> None:
+    """Issue 29: ``~4,297 / 4,096 (104%)`` and ``~36,401 / 4,096`` were requests never
+    sent — the next one compacts first, and the meter says so."""
+    full = f"{CONTEXT_FULL} · 0 compactions"
+    assert meter_text(usage(None, 4096, 0, estimate=4297)) == full
+    assert meter_text(usage(None, 4096, 0, estimate=36_401)) == full
+    assert meter_text(usage(5000, 4096, 1)) == f"{CONTEXT_FULL} · 1 compaction"
+    # A count under the budget with an estimate over it: the next request still compacts.
+    assert meter_text(usage(3000, 4096, 0, estimate=4200)) == full
+    assert meter_text(usage(4096, 4096, 0)).startswith("context 4,096 / 4,096 tokens (100%)")
+
+
+def test_an_at_path_completes_to_the_paths_common_start_then_the_first() -> None:
+    assert mention_prefix("look at @src/ca") == "src/ca"
+    assert mention_prefix("@") == ""
+    assert mention_prefix("mail me@example.com") is None  # not at a word's start
+    assert mention_prefix("@src/a.py and then") is None  # the cursor left the mention
+    # Several: their common start when it adds something, else the first.
+    assert path_completion("src/ca", ["src/cairn/", "src/cairn.egg-info/"]) == "src/cairn"
+    assert path_completion("src/cairn", ["src/cairn/", "src/cairn.egg-info/"]) == "src/cairn/"
+    # One folder: it keeps completing (no space); one file: done, a space after it.
+    assert path_completion("sr", ["src/"]) == "src/"
+    assert path_completion("src/a", ["src/app.py"]) == "src/app.py "
+    assert path_completion("nothing", []) is None
+    assert paths_hint(["src/", "a.py"]) == "@src/   @a.py"
+    assert paths_hint([f"f{n}" for n in range(15)]).endswith("@f11   … 3 more")
+
+
+def test_queued_lines_show_one_row_each_and_how_to_take_them_back() -> None:
+    assert queued_text([]) == ""
+    assert queued_text([QueuedPrompt("1", "first\nsecond"), QueuedPrompt("2", "then")]) == (
+        "queued › first ⏎ second\nqueued › then   (Esc edits)"
+    )
+
+
+def test_a_shell_message_is_the_commands_block_not_a_prompt() -> None:
+    transcript = Transcript()
+    ran = shell_message(ShellOutcome("ls", "a.py\nb.py", True))
+    failed = shell_message(ShellOutcome("false", "exit 1", False))
+    transcript.add(user("list them"), 0)
+    transcript.add(ran, 1)
+    transcript.add(failed, 2)
+    transcript.add(ran, 1)  # a repeat (a page read again) is one entry
+    assert [e.kind for e in transcript.entries] == ["user", "shell", "shell"]
+    block = transcript.entries[1]
+    assert (block.text, block.detail, block.full, block.failed) == (
+        "ls",
+        "a.py ⏎ b.py",
+        "a.py\nb.py",
+        False,
+    )
+    assert transcript.entries[2].failed and transcript.entries[2].detail == "exit 1"
 
 
 def test_the_hint_prefers_the_compaction_and_uses_the_shared_tail() -> None:
@@ -152,7 +223,7 @@ def test_the_completion_line_comes_from_the_help_text() -> None:
 
 
 def test_leaving_the_session_is_refused_while_it_works() -> None:
-    for command in ("/clear", "/resume"):
+    for command in ("/clear", "/resume", "/fork", "/rewind"):
         assert refusal(command, "idle", busy=False) is None
         for status in ("streaming", "tools", "compacting"):
             reason = refusal(command, status, busy=False)

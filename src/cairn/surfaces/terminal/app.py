@@ -14,6 +14,21 @@ the top of the list, or Ctrl+Home, mounts ``EARLIER_STEP`` more above it —
 reading the page before from the transcript once those held run out — and
 leaves what is on the screen where it was.
 
+A line from the prompt box goes through ``AgentSession.send``, the one
+gesture every surface shares: a prompt (its ``@path`` mentions attached by
+the core), a ``!command`` (shown as its block, live and on resume), or a
+``/command``. While the agent works a prompt or ``!command`` is queued by the
+core: the queued lines show under the list, Esc takes them back into the box
+(a second Esc cancels), and they go when the turn ends — or, after a command
+or a compaction, which ends no turn, from here. Commands sent while the agent
+works run at once, as they always did (queued, the core would drop what they
+say). The app keeps the commands that are about what it shows: ``/help``,
+``/clear``, ``/resume`` and ``/fork`` (switching the session shown), the
+rewind picker (``/rewind``, or Esc Esc on an empty idle prompt), and
+``/compact``'s notices. Tab completes a ``/command`` or an ``@path``;
+Shift+Tab cycles the mode, which the footer shows beside the context meter
+(``SessionUsage.meter``: never a number over the budget).
+
 Every failure a person can cause or meet — a provider error, a hook, a
 store that cannot be opened, a bad command — becomes one notice or error
 block in the list, never a traceback.
@@ -21,17 +36,19 @@ block in the list, never a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
 from textual.driver import Driver
 from textual.widgets import Static
 from textual.worker import Worker
 
-from cairn.agent.agent_session import AgentSession, SessionBusyError
+from cairn.agent.agent_session import AgentSession, SendOutcome, SessionBusyError
 from cairn.agent.commands import HELP
 from cairn.agent.events import (
     CompactBlockAdded,
@@ -41,8 +58,12 @@ from cairn.agent.events import (
     Event,
     MessageAdded,
     MessageUpdated,
+    ModeChange,
     Notice,
     PermissionRequested,
+    QueueChange,
+    QueuedPrompt,
+    SessionMode,
     StatusChange,
     SummaryPrepared,
     ToolFinished,
@@ -50,11 +71,12 @@ from cairn.agent.events import (
     UsageUpdate,
 )
 from cairn.agent.loop import TurnError
+from cairn.agent.rewind import PromptPoint, RewindPointError
 from cairn.agent.session import PermissionDecision, Runtime
 from cairn.errors import CairnError
 from cairn.store import StoreError
 from cairn.surfaces.terminal.permission import PermissionScreen
-from cairn.surfaces.terminal.picker import SessionPicker
+from cairn.surfaces.terminal.picker import RestoreChoice, RewindPicker, SessionPicker
 from cairn.surfaces.terminal.view import (
     EARLIER_STEP,
     HISTORY_PAGE,
@@ -65,18 +87,27 @@ from cairn.surfaces.terminal.view import (
     earlier_messages,
     earlier_text,
     hint_text,
+    mention_prefix,
     meter_text,
+    mode_text,
     one_line,
+    paths_hint,
+    queued_text,
     refusal,
+    rewound_text,
     window,
 )
 from cairn.surfaces.terminal.widgets import MessageList, PromptInput
 
 KEYS = """Keys:
-  Enter          send the prompt
+  Enter          send the prompt (queued while the agent works); !cmd runs cmd
   Ctrl+J         a new line in the prompt (so does \\ then Enter)
-  Tab            complete a /command; else move the focus (Enter on ▶ expands a result)
-  Esc / Ctrl+C   cancel the running response or compaction
+  Tab            complete a /command or an @path; else move the focus (Enter on ▶
+                 expands a result)
+  Shift+Tab      cycle the mode: ask → accept-edits → bypass → plan
+  Esc            queued lines back into the prompt; else cancel the running
+                 response or compaction; Esc Esc on an empty prompt: rewind
+  Ctrl+C         cancel the running response or compaction
   Ctrl+C twice   quit (on an idle prompt); Ctrl+D quits too
   Ctrl+O         expand: render the latest 10 messages instead of 30
   Ctrl+Home      to the top of the list, and earlier messages above it (so does
@@ -85,6 +116,7 @@ KEYS = """Keys:
   Up / Down      input history (from the prompt's first / last line)"""
 
 EXIT_ARMED = "Press Ctrl+C again to exit"
+REWIND_ARMED = "Press Esc again to rewind to an earlier prompt"
 
 
 class CairnApp(App[None]):
@@ -96,8 +128,11 @@ class CairnApp(App[None]):
     .entry { margin-bottom: 1; }
     .notice { color: $text-muted; }
     #hint { height: 1; padding: 0 1; color: $accent; }
+    #queued { height: auto; max-height: 5; padding: 0 1; color: $text-muted; }
     #completions { height: 1; padding: 0 1; color: $text-muted; }
-    #meter { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
+    #footer { height: 1; background: $panel; color: $text-muted; }
+    #meter { width: 1fr; padding: 0 1; }
+    #mode { width: auto; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         # Priority: the input binds Ctrl+C (copy) and Ctrl+D (delete) itself.
@@ -106,6 +141,8 @@ class CairnApp(App[None]):
         Binding("ctrl+o", "toggle_expanded", "Expand", priority=True),
         Binding("ctrl+home", "earlier", "Earlier messages", priority=True),
         Binding("ctrl+end", "latest", "Latest messages", priority=True),
+        # Priority: the screen binds Shift+Tab to move the focus back.
+        Binding("shift+tab", "cycle_mode", "Mode", priority=True),
         Binding("escape", "cancel", "Cancel"),
     ]
 
@@ -144,6 +181,11 @@ class CairnApp(App[None]):
         #: Whether a response of the running turn reported usage.
         self._usage_seen = False
         self._exit_armed = False
+        #: Esc presses in a row on an empty idle prompt (two open the rewind picker).
+        self._idle_escapes = 0
+        #: The user cancelled since the last line started: lines queued meanwhile stay
+        #: queued for the user to edit (as the core keeps them after a cancelled turn).
+        self._stopped = False
         self._permissions: dict[str, PermissionScreen] = {}
 
     # -- layout ------------------------------------------------------------
@@ -151,12 +193,17 @@ class CairnApp(App[None]):
     def compose(self) -> ComposeResult:
         yield MessageList(id="messages")
         yield Static("", id="hint", markup=False)
+        yield Static("", id="queued", markup=False)
         yield PromptInput()
         yield Static("", id="completions", markup=False)
-        yield Static("", id="meter", markup=False)
+        with Horizontal(id="footer"):
+            yield Static("", id="meter", markup=False)
+            yield Static("", id="mode", markup=False)
 
     def on_mount(self) -> None:
         self.query_one("#completions", Static).display = False
+        self.query_one("#queued", Static).display = False
+        self.query_one(PromptInput).paths = self._paths
         self._open(self.agent, announce=None)
         self.set_interval(0.1, self._tick)
         self.query_one(PromptInput).focus()
@@ -196,6 +243,8 @@ class CairnApp(App[None]):
         if announce:
             self.transcript.notice(announce)
         self._refresh_meter()
+        self._show_mode(agent.mode)
+        self._show_queue(agent.queued)
         self.run_worker(self._follow(agent), group="events", exit_on_error=False)
         self._refresh()
 
@@ -245,6 +294,9 @@ class CairnApp(App[None]):
                 self._meter_tokens, self._usage_seen = tokens, True
                 self._refresh_meter()
             case StatusChange(status=status):
+                if status == "streaming" and self._status == "idle":
+                    # A turn starts (a queued line's too): only its responses count.
+                    self._usage_seen = False
                 if status == "idle" and self._status != "compacting":
                     self._turn_ended()
                     if not self._usage_seen:
@@ -263,6 +315,10 @@ class CairnApp(App[None]):
                 self.transcript.error(message)
             case PermissionRequested():
                 self._ask(event)
+            case ModeChange(mode=mode):
+                self._show_mode(mode)
+            case QueueChange(prompts=prompts):
+                self._show_queue(prompts)
 
     def _turn_ended(self) -> None:
         self._turns_ended += 1
@@ -321,6 +377,8 @@ class CairnApp(App[None]):
 
     def _refresh_hint(self) -> None:
         text = EXIT_ARMED if self._exit_armed and not self.busy else ""
+        if not text and self._idle_escapes == 1 and not self.busy:
+            text = REWIND_ARMED
         text = text or hint_text(
             compacting=self._compacting,
             compaction_text=self._compaction_text,
@@ -335,15 +393,30 @@ class CairnApp(App[None]):
         self.query_one("#hint", Static).display = bool(self.hint)
 
     def _refresh_meter(self) -> None:
-        usage = self.agent.usage
-        text = meter_text(
-            self._meter_tokens,
-            usage.input_budget,
-            usage.compactions,
-            estimate=usage.projected_tokens,
-            prepared=self._prepared,
-        )
-        self.query_one("#meter", Static).update(text)
+        # The count is the latest the events gave (a compaction's new size included),
+        # which the session's stored messages may not show yet; the reading of it —
+        # an estimate marked, never a number over the budget — is the core's.
+        usage = replace(self.agent.usage, latest_total_tokens=self._meter_tokens)
+        self.query_one("#meter", Static).update(meter_text(usage, prepared=self._prepared))
+
+    def _show_mode(self, mode: SessionMode) -> None:
+        self.query_one("#mode", Static).update(mode_text(mode))
+
+    @property
+    def mode(self) -> str:
+        """The footer's mode, as shown."""
+        return str(self.query_one("#mode", Static).content)
+
+    def _show_queue(self, prompts: Sequence[QueuedPrompt]) -> None:
+        line = self.query_one("#queued", Static)
+        line.update(queued_text(prompts))
+        line.display = bool(prompts)
+
+    @property
+    def queued(self) -> str:
+        """The queued lines under the list, as shown (empty: none)."""
+        line = self.query_one("#queued", Static)
+        return str(line.content) if line.display else ""
 
     @property
     def meter(self) -> str:
@@ -363,7 +436,7 @@ class CairnApp(App[None]):
         prompt.remember()
         self._exit_armed = False
         if self.submit(classify(text)):
-            prompt.value = ""  # a prompt refused while the agent works stays to be sent later
+            prompt.value = ""  # sent, or queued: either way it left the box
             self._refresh_completions("")
         self._refresh()
         # What was sent and what answers it show at the end, wherever the list was.
@@ -391,23 +464,34 @@ class CairnApp(App[None]):
             self._refresh_hint()
 
     def _refresh_completions(self, text: str) -> None:
-        """The line under the input: the commands a typed ``/`` prefix can become."""
+        """The line under the input: the commands a typed ``/`` prefix can become, or
+        the workspace paths an ``@`` before the cursor can."""
         completions = self.query_one("#completions", Static)
         hint = completion_hint(text)
+        if not hint and text:
+            prefix = mention_prefix(self.query_one(PromptInput).before_cursor())
+            hint = paths_hint(self._paths(prefix)) if prefix is not None else ""
         if hint != str(completions.content):
             completions.update(hint)
         completions.display = bool(hint)
 
     @property
     def completions(self) -> str:
-        """The command completions shown under the input (empty: hidden)."""
+        """The command or path completions shown under the input (empty: hidden)."""
         return str(self.query_one("#completions", Static).content)
+
+    def _paths(self, prefix: str) -> list[str]:
+        """The open session's workspace paths for ``@prefix``; none if they cannot be read."""
+        try:
+            return self.agent.complete_path(prefix)
+        except (CairnError, OSError):
+            return []
 
     def submit(self, submission: Submission) -> bool:
         """Run what the input line asked for; anything refused becomes one notice.
 
-        False for a prompt that could not be sent yet (the agent is working),
-        so the box keeps it.
+        A prompt or ``!command`` goes to ``AgentSession.send``, which queues it
+        while the agent works. True: the line left the box.
         """
         match submission.kind:
             case "empty":
@@ -417,12 +501,7 @@ class CairnApp(App[None]):
                     f"unknown command {submission.command}; /help lists the commands"
                 )
             case "prompt":
-                if self.busy:
-                    self.transcript.notice(
-                        f"the session is {self._busy_state()}: wait for it, or press Esc to cancel"
-                    )
-                    return False
-                self._start(self._prompt(submission.text))
+                self._start(self._send(submission.text))
             case "command":
                 self._command(submission)
         return True
@@ -442,10 +521,20 @@ class CairnApp(App[None]):
             self._resume(argument)
         elif name == "/resume":
             self._pick()
+        elif name == "/fork":
+            original = self.agent.id
+            announce = f"forked {original} into {{id}}: this is the copy (/resume {original})"
+            self._switch(lambda: self.agent.fork(), announce)
+        elif name == "/rewind" and not argument:
+            self._pick_point()
         elif name == "/help":
             self.transcript.notice(f"{HELP}\n{KEYS}")
-        else:
+        elif self.agent.busy:
+            # At once, as always: queued, the core would send it after the turn and
+            # drop what it says.
             self._start(self._outcome(submission.text))
+        else:
+            self._start(self._send(submission.text))
 
     def _resume(self, session_id: str) -> None:
         self._switch(lambda: AgentSession.resume(self.runtime, session_id), "resumed session {id}")
@@ -484,9 +573,70 @@ class CairnApp(App[None]):
             return
         self._open(agent, announce=announce.format(id=agent.id))
 
-    def _busy_state(self) -> str:
-        status = self.agent.status
-        return "busy" if status == "idle" else status
+    # -- rewind --------------------------------------------------------------
+
+    def _pick_point(self) -> None:
+        """Esc Esc, ``/rewind``: a picker of the prompts typed, then what to put back."""
+        refused = refusal("/rewind", self.agent.status, bool(self._work))
+        if refused is not None:
+            self.transcript.notice(refused)
+            return
+        try:
+            points = self.agent.prompt_points()
+        except (CairnError, OSError) as exc:
+            self.transcript.error(one_line(f"cannot list the prompts: {exc}", 300))
+            return
+        if not points:
+            self.transcript.notice("no earlier prompts to rewind to")
+            return
+
+        def restore(point: PromptPoint, restore_files: bool | None) -> None:
+            if restore_files is not None:
+                self._rewind(point, restore_files=restore_files)
+            self._refresh()
+
+        def picked(point: PromptPoint | None) -> None:
+            if point is None:
+                return
+            if point.files_changed:
+                # Only the user knows whether the files should go back with the talk.
+                self.push_screen(RestoreChoice(point), lambda files: restore(point, files))
+            else:
+                restore(point, False)
+
+        self.push_screen(RewindPicker(points), picked)
+
+    def _rewind(self, point: PromptPoint, *, restore_files: bool) -> None:
+        refused = refusal("/rewind", self.agent.status, bool(self._work))
+        if refused is not None:
+            self.transcript.notice(refused)
+            return
+        original = self.agent.id
+        try:
+            outcome = self.agent.rewind(point.id, restore_files=restore_files)
+        except (SessionBusyError, RewindPointError, StoreError) as exc:
+            self.transcript.notice(one_line(str(exc), 300))
+            return
+        except (CairnError, OSError) as exc:
+            self.transcript.error(one_line(f"cannot rewind: {exc}", 300))
+            return
+        branch = outcome.session
+        self._open(branch, announce=rewound_text(original, branch.id, outcome.files))
+        self._edit(outcome.prompt)
+
+    def _follow_branch(self, text: str) -> bool:
+        """After ``/rewind N``: show the branch the core switched the runtime to."""
+        current = self.runtime.current_session
+        if current is None or current.id == self.agent.id:
+            return False
+        self._open(AgentSession(self.runtime, current), announce=text)
+        return True
+
+    def _edit(self, text: str) -> None:
+        """Put ``text`` in the prompt box for editing (a draft typed there stays after it)."""
+        prompt = self.query_one(PromptInput)
+        prompt.value = "\n\n".join(part for part in (text, prompt.value) if part)
+        prompt.focus()
 
     # -- workers -----------------------------------------------------------
 
@@ -500,12 +650,22 @@ class CairnApp(App[None]):
             self._work.discard(event.worker)
             self._refresh()
 
-    async def _prompt(self, text: str) -> None:
+    async def _send(self, text: str) -> None:
+        """A prompt or a command through ``AgentSession.send``, then the queue."""
+        agent = self.agent
+        self._line_starts(agent)
+        await self._reporting(self._send_then_queue(agent, text))
+
+    def _line_starts(self, agent: AgentSession) -> None:
+        if not agent.busy:  # else the line is queued: the running turn's state stays
+            self._stopped = False  # a new line starts: a cancel before it is history
+            self._errors_shown.clear()  # only this turn's error events can repeat its error
+
+    async def _reporting(self, work: Awaitable[None]) -> None:
+        """Run ``work``; whatever it raises becomes one block, never a traceback."""
         ended = self._turns_ended
-        self._usage_seen = False
-        self._errors_shown.clear()  # only this turn's error events can repeat its error
         try:
-            await self.agent.prompt(text)
+            await work
         except TurnError as exc:
             # The turn's events travel through a queue and may not have been shown
             # yet: decide once they have, so an error event is not repeated.
@@ -519,11 +679,51 @@ class CairnApp(App[None]):
             self.transcript.error(one_line(f"{type(exc).__name__}: {exc}", 500))
         self._refresh()
 
+    async def _send_then_queue(self, agent: AgentSession, text: str) -> None:
+        await self._then_queue(agent, await agent.send(text))
+
+    async def _then_queue(self, agent: AgentSession, outcome: SendOutcome) -> None:
+        """Show ``outcome``; then, if it ended no turn (a command, a ``!command``: the
+        core sends the queue only when a turn ends), send the queued lines in order —
+        unless the user cancelled, which leaves them to edit."""
+        while self._show(outcome) and not self._stopped and self.agent is agent:
+            if agent.busy or not agent.queued:
+                return
+            item = agent.unqueue(agent.queued[0].id)
+            if item is None:
+                return
+            outcome = await agent.send(item.text)
+
+    def _show(self, outcome: SendOutcome) -> bool:
+        """Show what ``send`` did that no event shows; True when the queue waits for us."""
+        shell, command = outcome.shell, outcome.command
+        if shell is not None and shell.ok is None:
+            self.transcript.notice(shell.output)  # not run: no message shows it
+        if command is not None:
+            if command.prompt is not None and self._follow_branch(command.text):
+                self._edit(command.prompt)
+            elif command.compaction is None:  # a compaction shows as its block
+                (self.transcript.notice if command.ok else self.transcript.error)(command.text)
+        return shell is not None or command is not None
+
     async def _compact(self, instructions: str | None) -> None:
+        agent = self.agent
+        if not agent.busy:
+            # Through send, which marks the session busy at once: a line typed while it
+            # compacts is queued, and goes once the compaction ends.
+            self._line_starts(agent)
+            try:
+                sent = await agent.send(f"/compact {instructions or ''}".strip())
+            except Exception as exc:
+                self.transcript.error(one_line(f"compaction failed: {exc}", 500))
+                self._refresh()
+                return
+            await self._reporting(self._then_queue(agent, sent))
+            return
         # The events worker may not have seen the block yet: ask the session itself.
-        before = self.agent.usage.compactions
+        before = agent.usage.compactions
         try:
-            outcome = await self.agent.compact(instructions)
+            outcome = await agent.compact(instructions)
         except Exception as exc:
             self.transcript.error(one_line(f"compaction failed: {exc}", 500))
         else:
@@ -544,9 +744,38 @@ class CairnApp(App[None]):
 
     # -- keys --------------------------------------------------------------
 
+    async def on_event(self, event: events.Event) -> None:
+        # Esc Esc means two Esc presses in a row: any other key in between breaks it.
+        if isinstance(event, events.Key) and event.key != "escape" and self._idle_escapes:
+            self._idle_escapes = 0
+            self._refresh_hint()
+        await super().on_event(event)
+
     def action_cancel(self) -> None:
-        if self.busy:
+        """Esc: the queued lines back into the box; else cancel; idle, twice, rewind."""
+        if self.agent.queued:
+            self._idle_escapes = 0
+            self._edit(self.agent.take_queued())
+        elif self.busy:
+            self._idle_escapes = 0
             self._cancel()
+        elif self.query_one(PromptInput).value:
+            self._idle_escapes = 0
+        elif self._idle_escapes:
+            self._idle_escapes = 0
+            self._pick_point()
+            self._refresh()
+        else:
+            self._idle_escapes = 1
+        self._refresh_hint()
+
+    def action_cycle_mode(self) -> None:
+        """Shift+Tab: the next mode (the footer follows the ``modeChange`` event too)."""
+        try:
+            self._show_mode(self.agent.cycle_mode())
+        except (CairnError, OSError, ValueError) as exc:
+            self.transcript.error(one_line(f"cannot change the mode: {exc}", 300))
+            self._refresh()
 
     def action_interrupt(self) -> None:
         prompt = self.query_one(PromptInput)
@@ -583,6 +812,7 @@ class CairnApp(App[None]):
 
     def _cancel(self) -> None:
         """Stop the response, or the compaction, at its next safe point (the session's cancel)."""
+        self._stopped = True
         self.agent.cancel()
         for screen in list(self._permissions.values()):
             screen.dismiss(None)  # the session answered them as cancelled

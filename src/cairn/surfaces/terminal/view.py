@@ -2,24 +2,29 @@
 
 Nothing here touches Textual: which messages are rendered (the latest 30,
 10 in expanded mode — seed 004 — and 30 more above at each step up), how a
-compact block, a tool call, the "earlier messages" line or the context meter
-reads, which slash commands are refused in which state and how a typed ``/``
-prefix completes, the one-line hint under the list, and ``Transcript``, the
-app's own list of entries that events and earlier pages are folded into.
-The widgets only draw what this says.
+compact block, a tool call, a ``!command``'s block, the "earlier messages"
+line, the queued lines, the mode or the context meter reads, which slash
+commands are refused in which state, how a typed ``/`` prefix or ``@path``
+completes, the one-line hint under the list, and ``Transcript``, the app's
+own list of entries that events and earlier pages are folded into. The
+widgets only draw what this says.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, TypeVar
 
 from rich.cells import cell_len, get_character_cell_size
 
+from cairn.agent.agent_session import SessionUsage
 from cairn.agent.commands import COMMANDS, HELP
-from cairn.agent.events import SessionStatus
+from cairn.agent.events import QueuedPrompt, SessionMode, SessionStatus
+from cairn.agent.rewind import PromptPoint, RestoredFiles
+from cairn.agent.shell import ShellOutcome
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, Message, ToolCall
 from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import compaction_hint, stream_tail
@@ -110,32 +115,50 @@ def tool_label(call: ToolCall) -> str:
 PREPARED_TEXT = {"preparing": "preparing summary", "ready": "summary ready"}
 
 
-def meter_text(
-    tokens: int | None,
-    budget: int | None,
-    compactions: int,
-    *,
-    estimate: int | None = None,
-    prepared: str | None = None,
-) -> str:
-    """The footer's context meter: latest total tokens over the input budget, and compactions.
+#: The meter past the input budget: no request that large is ever sent (the next compacts first).
+CONTEXT_FULL = "context full · compacts before the next request"
 
-    ``tokens`` is the provider's ``total_tokens`` of the latest response. A
-    server that never reports usage (llama.cpp's, for one) leaves only the
-    pipeline's ``estimate``, shown with ``~`` so it is never taken for a count.
-    ``prepared``: the background summary's state, a quiet last word (never the
-    compacting hint: nobody waits for it).
+
+def meter_text(usage: SessionUsage, *, prepared: str | None = None) -> str:
+    """The footer's context meter: ``usage.meter`` over the input budget, and compactions.
+
+    The reading is the core's (``SessionUsage.meter``, the one rule every
+    surface shows): the provider's count, else the pipeline's estimate marked
+    ``~`` so it is never taken for a count, and past the budget no number at
+    all — ``~36,401 / 4,096`` would be a request that is never sent.
+    ``prepared``: the background summary's state, a quiet last word (never
+    the compacting hint: nobody waits for it).
     """
-    shown, approx = (tokens, "") if tokens is not None else (estimate, "~")
-    used = f"{approx}{shown:,}" if shown is not None else "–"
-    if budget:
+    reading, budget = usage.meter, usage.input_budget
+    shown = reading.tokens
+    used = f"{'~' if reading.estimated else ''}{shown:,}" if shown is not None else "–"
+    if reading.over_budget:
+        context = CONTEXT_FULL
+    elif budget:
         share = f" ({shown * 100 // budget}%)" if shown is not None else ""
         context = f"context {used} / {budget:,} tokens{share}"
     else:
         context = f"context {used} tokens"
+    compactions = usage.compactions
     noun = "compaction" if compactions == 1 else "compactions"
     quiet = f" · {PREPARED_TEXT[prepared]}" if prepared in PREPARED_TEXT else ""
     return f"{context} · {compactions} {noun}{quiet}"
+
+
+def mode_text(mode: SessionMode) -> str:
+    """The footer's mode, and the key that changes it."""
+    return f"mode {mode} (Shift+Tab)"
+
+
+def queued_text(prompts: Sequence[QueuedPrompt]) -> str:
+    """The lines sent while the agent works, under the list; empty when none wait.
+
+    One row each, marked ``queued``; the last says how to take them back.
+    """
+    rows = [f"queued › {one_line(p.text, 100) or '(empty)'}" for p in prompts]
+    if rows:
+        rows[-1] += "   (Esc edits)"
+    return "\n".join(rows)
 
 
 def hint_text(
@@ -163,8 +186,20 @@ def hint_text(
 # -- slash commands -----------------------------------------------------------
 
 AppCommand: TypeAlias = Literal[
-    "/compact", "/clear", "/resume", "/status", "/context", "/cost", "/model", "/mcp", "/help"
+    "/compact",
+    "/clear",
+    "/resume",
+    "/fork",
+    "/rewind",
+    "/status",
+    "/context",
+    "/cost",
+    "/model",
+    "/mcp",
+    "/help",
 ]
+#: Commands that leave the session shown for another: refused while it works.
+LEAVING = ("/clear", "/resume", "/fork", "/rewind")
 
 
 @dataclass(frozen=True)
@@ -247,6 +282,47 @@ def completion_hint(prefix: str) -> str:
     return "   ".join(USAGES[name][0] for name in matches)
 
 
+# -- @path completion ----------------------------------------------------------
+
+#: ``@`` at a word's start and the path typed after it, up to the cursor.
+_MENTION_AT_END = re.compile(r"(?<!\S)@([^\s@]*)$")
+#: Paths shown on the completion line (it is one row).
+PATHS_SHOWN = 12
+
+
+def mention_prefix(before_cursor: str) -> str | None:
+    """The path being typed after an ``@`` that ends ``before_cursor``; ``None`` if none is."""
+    found = _MENTION_AT_END.search(before_cursor)
+    return found.group(1) if found else None
+
+
+def path_completion(prefix: str, paths: Sequence[str]) -> str | None:
+    """What Tab turns the ``@`` ``prefix`` into, given the workspace's ``paths`` for it.
+
+    The paths' common start when it is longer than what is typed, else the
+    first path; ``None`` when there is nothing to add. A file offered alone
+    gets a space after it (done); a folder ends with ``/`` and keeps completing.
+    """
+    if not paths:
+        return None
+    # Character by character, not by path component: "src/ca" → "src/cairn/" is the point.
+    common = paths[0]
+    for path in paths[1:]:
+        while not path.startswith(common):
+            common = common[:-1]
+    chosen = common if len(common) > len(prefix) else paths[0]
+    if len(paths) == 1 and not chosen.endswith("/"):
+        chosen += " "
+    return None if chosen == prefix else chosen
+
+
+def paths_hint(paths: Sequence[str]) -> str:
+    """The completion line while an ``@path`` is typed: the first paths, and how many more."""
+    shown = "   ".join(f"@{path}" for path in paths[:PATHS_SHOWN])
+    more = len(paths) - PATHS_SHOWN
+    return f"{shown}   … {more} more" if more > 0 else shown
+
+
 def refusal(command: str, status: SessionStatus, busy: bool) -> str | None:
     """Why ``command`` cannot run now, or ``None``.
 
@@ -256,7 +332,7 @@ def refusal(command: str, status: SessionStatus, busy: bool) -> str | None:
     leaving the session while it works is refused here, before the facade's
     own guard would raise.
     """
-    if command in ("/clear", "/resume") and (status != "idle" or busy):
+    if command in LEAVING and (status != "idle" or busy):
         state = status if status != "idle" else "busy"
         return f"{command} refused: the session is {state}; wait for it or press Esc to cancel"
     return None
@@ -264,7 +340,7 @@ def refusal(command: str, status: SessionStatus, busy: bool) -> str | None:
 
 # -- the message list ----------------------------------------------------------
 
-EntryKind: TypeAlias = Literal["user", "assistant", "tool", "notice", "error", "compact"]
+EntryKind: TypeAlias = Literal["user", "assistant", "tool", "shell", "notice", "error", "compact"]
 _ids = itertools.count(1)
 
 
@@ -275,9 +351,9 @@ class Entry:
     id: str
     kind: EntryKind
     text: str
-    #: A tool's result (one line), or a compact block's label.
+    #: A tool's or a ``!command``'s result (one line), or a compact block's label.
     detail: str = ""
-    #: A tool's whole result when ``detail`` leaves something out (else empty).
+    #: The whole result when ``detail`` leaves something out (else empty).
     full: str = ""
     streaming: bool = False
     failed: bool = False
@@ -358,6 +434,11 @@ class Transcript:
             if message.id not in self._by_id:
                 self.error(message.text, position)
             return
+        shell = shell_block(message)
+        if shell is not None:
+            if message.id not in self._by_id:
+                self.shell(message.id, shell, position)
+            return
         if message.role == "tool":
             self.tool_result(message.tool_call_id or "", message, position)
             return
@@ -381,6 +462,21 @@ class Transcript:
         elif message.text:
             self.append(Entry(message.id, "assistant", message.text, position=position))
 
+    def shell(self, entry_id: str, outcome: ShellOutcome, position: int | None = None) -> Entry:
+        """A ``!command``: the command, and its output as a tool's result shows."""
+        detail, full = _result_forms(outcome.output)
+        return self.append(
+            Entry(
+                entry_id,
+                "shell",
+                outcome.command,
+                detail,
+                full,
+                failed=outcome.ok is False,
+                position=position,
+            )
+        )
+
     def tool_started(self, call: ToolCall, position: int | None = None) -> None:
         if self.get(_tool_id(call.id)) is None:
             label = tool_label(call)
@@ -388,15 +484,46 @@ class Transcript:
 
     def tool_result(self, call_id: str, result: Message, position: int | None = None) -> None:
         entry = self._by_id.get(_tool_id(call_id))
-        text = one_line(result.text) or "(no output)"
-        full = result.text.strip("\n").rstrip()
-        if full.strip().replace("\t", " ") == text:
-            full = ""  # the short form is the whole result (its tabs as spaces)
+        text, full = _result_forms(result.text)
         if entry is None:
             name = result.name or "tool"
             entry = self.append(Entry(_tool_id(call_id), "tool", name, text, position=position))
         if (entry.detail, entry.full, entry.failed) != (text, full, result.meta.tool_error):
             entry.change(detail=text, full=full, failed=result.meta.tool_error)
+
+
+def _result_forms(result: str) -> tuple[str, str]:
+    """A result's one-line form, and its whole text when the line leaves some out (else "")."""
+    text = one_line(result) or "(no output)"
+    full = result.strip("\n").rstrip()
+    if full.strip().replace("\t", " ") == text:
+        full = ""  # the short form is the whole result (its tabs as spaces)
+    return text, full
+
+
+#: Around a ``!command``'s output in its message (the ``shell_command`` prompt).
+_OUTPUT_OPEN = "<bash-output>\n"
+_OUTPUT_CLOSE = "\n</bash-output>"
+
+
+def shell_block(message: Message) -> ShellOutcome | None:
+    """The ``!command`` a message records (``meta.extra["shell"]``), else ``None``.
+
+    The core adds the command and its output to the conversation as a user
+    message of the host's; a person typed only the command, so it shows as
+    the command's block, live and on resume alike, never as a prompt. The
+    output is read back from between the message's ``<bash-output>`` tags (the
+    first opening, the last closing: an output may hold the tags itself); a
+    text without them is shown whole rather than lost.
+    """
+    command = message.meta.extra.get("shell") if message.role == "user" else None
+    if not isinstance(command, str):
+        return None
+    text = message.text
+    start, end = text.find(_OUTPUT_OPEN), text.rfind(_OUTPUT_CLOSE)
+    output = text[start + len(_OUTPUT_OPEN) : end] if 0 <= start <= end else text
+    ok = message.meta.extra.get("ok")
+    return ShellOutcome(command, output, ok if isinstance(ok, bool) else None)
 
 
 def more_label(full: str) -> str:
@@ -467,3 +594,22 @@ def prompt_text(first_prompt: str) -> str:
 def messages_text(messages: int) -> str:
     """``1 message``, ``5 messages``."""
     return f"{messages} {'message' if messages == 1 else 'messages'}"
+
+
+# -- rewind ---------------------------------------------------------------------
+
+
+def point_line(number: int, point: PromptPoint, age_seconds: float) -> str:
+    """One prompt in the rewind picker: its number, first line, age, and whether files changed."""
+    note = " · files changed since" if point.files_changed else ""
+    return f"{number}. {prompt_text(point.text)} · {age_text(age_seconds)}{note}"
+
+
+def rewound_text(original: str, branch: str, files: RestoredFiles) -> str:
+    """The notice after a rewind: the new branch, and what it did (or could not do) to files."""
+    lines = [f"rewound: new session {branch} (/resume {original} goes back to the original)"]
+    lines += [f"restored {path}" for path in files.restored]
+    lines += [f"removed {path}" for path in files.removed]
+    lines += [f"not restorable: {path} ({why})" for path, why in files.not_restorable]
+    lines += [f"not restorable, ran by bash: {command}" for command in files.bash_commands]
+    return "\n".join(lines)

@@ -13,7 +13,9 @@ there as entries come and grow (Textual's anchor), until the user scrolls up;
 ``PromptInput`` is a multi-line box: Enter sends, Ctrl+J (or a line ending in
 ``\\`` then Enter, since a terminal cannot tell Shift+Enter from Enter) starts
 a new line, a paste keeps its newlines, and it grows up to ``PROMPT_LINES``
-lines before it scrolls. A large paste (``cairn.agent.paste``, the rule every
+lines before it scrolls. Tab completes a ``/command``, or the ``@path`` before
+the cursor from the workspace (``PromptInput.paths``, the session's
+``complete_path``). A large paste (``cairn.agent.paste``, the rule every
 surface shares) shows in the box as its label and is sent whole; in the list,
 a user message that long is folded (``PastedView``).
 """
@@ -34,7 +36,14 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
 from cairn.agent.paste import FOLDED_HEAD_LINES, is_large_paste, paste_label
-from cairn.surfaces.terminal.view import Entry, History, completion, more_label
+from cairn.surfaces.terminal.view import (
+    Entry,
+    History,
+    completion,
+    mention_prefix,
+    more_label,
+    path_completion,
+)
 
 #: The input box grows with its text up to this many lines, then scrolls.
 PROMPT_LINES = 8
@@ -50,6 +59,8 @@ def _renderable(entry: Entry) -> Markdown | Text:
             return Markdown(entry.text or " ")
         case "tool":
             return Text.assemble(("⏺ ", "bold"), entry.text)
+        case "shell":
+            return Text.assemble(("! ", "bold magenta"), entry.text)
         case "error":
             return Text.assemble(("✗ ", "bold red"), (entry.text, "red"))
         case _:
@@ -112,7 +123,8 @@ _FOLD_CSS = """
 
 
 class ToolView(Vertical):
-    """A tool call: its arguments and a one-line result; a longer result expands on demand.
+    """A tool call (or a ``!command``): its arguments and a one-line result; a longer
+    result expands on demand.
 
     The short result is one row whatever the terminal's width: a row that
     wrapped would start at the screen's edge, under nothing it belongs to.
@@ -127,7 +139,7 @@ class ToolView(Vertical):
     """ + _FOLD_CSS.format(view="ToolView")
 
     def __init__(self, entry: Entry, *, expanded: bool = False) -> None:
-        super().__init__(classes="entry tool")
+        super().__init__(classes=f"entry {entry.kind}")
         self.entry_id = entry.id
         self.version = entry.version
         self.head = Static(_renderable(entry))
@@ -200,7 +212,9 @@ def entry_widget(entry: Entry, *, expanded: bool = False) -> EntryWidget:
         return CompactView(entry, expanded=expanded)
     if entry.kind == "user" and is_large_paste(entry.text):
         return PastedView(entry)
-    return ToolView(entry, expanded=expanded) if entry.kind == "tool" else EntryView(entry)
+    if entry.kind in ("tool", "shell"):
+        return ToolView(entry, expanded=expanded)
+    return EntryView(entry)
 
 
 class MessageList(VerticalScroll):
@@ -371,6 +385,8 @@ class PromptInput(TextArea):
             highlight_cursor_line=False,
         )
         self.prompt_history = History()
+        #: The workspace paths an ``@`` prefix completes to (the app sets the session's).
+        self.paths: Callable[[str], Sequence[str]] = lambda prefix: ()
         #: The pastes the box holds as labels: label → its number and the pasted text.
         self.pastes: dict[str, Paste] = {}
         #: The pastes of each prompt sent (or left for the history), by its text as typed,
@@ -412,6 +428,8 @@ class PromptInput(TextArea):
             pass
         elif key == "tab" and (completed := completion(self.text)) is not None:
             self.value = completed
+        elif key == "tab" and self._complete_path():
+            pass
         elif key == "up" and self.navigator.is_first_wrapped_line(self.cursor_location):
             self._recall(self.prompt_history.back, at_end=False)
         elif key == "down" and self.navigator.is_last_wrapped_line(self.cursor_location):
@@ -423,6 +441,27 @@ class PromptInput(TextArea):
             event.prevent_default()
             return
         await super()._on_key(event)
+
+    def before_cursor(self) -> str:
+        """The cursor's line up to the cursor: where an ``@path`` being typed ends."""
+        row, column = self.cursor_location
+        return self.document[row][:column]
+
+    def _complete_path(self) -> bool:
+        """Tab after ``@prefix``: the paths' common start, else the first; False if none."""
+        start, end = self.selection
+        prefix = mention_prefix(self.before_cursor()) if start == end else None
+        if prefix is None:
+            return False
+        completed = path_completion(prefix, self.paths(prefix))
+        if completed is None:
+            return False
+        row, column = end
+        result = self.replace(
+            completed, (row, column - len(prefix)), end, maintain_selection_offset=False
+        )
+        self.move_cursor(result.end_location)
+        return True
 
     def _enter(self) -> None:
         """Send the prompt, or, right after a backslash, replace it with a newline."""
