@@ -5,7 +5,10 @@ answer, ``/compact`` with its ``✻ Compacting`` tail and the compact block,
 Ctrl+D — against the local OpenAI server; and issue 29's gestures: a bracketed
 paste (``load-buffer`` + ``paste-buffer -p``) folded to its label, the list
 following the answer after it, Ctrl+End, a wide-character tool result on one
-row, and the ``cairn --resume <id>`` line left in the shell on exit. tmux
+row, the ``cairn --resume <id>`` line left in the shell on exit, ``@path``
+completion on Tab, a ``!command`` block, Shift+Tab (``BTab``) cycling the mode,
+a line queued while the answer streams (Esc takes it back), Esc Esc's rewind
+picker, ``/fork`` and ``/rewind 1``, and the meter past the budget. tmux
 comes from Debian's packages (the Makefile's ``test`` target installs it).
 """
 
@@ -309,3 +312,133 @@ def test_quitting_a_session_with_no_message_says_nothing_of_resuming(
         assert "cairn exited 0" in final and "--resume" not in final
     finally:
         pane.close()
+
+
+def test_at_path_completion_a_bang_command_and_shift_tab_in_the_real_terminal(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 29's gestures, typed: ``@sr`` Tab Tab completes to a file the sent prompt
+    attaches; ``!command`` is its block; Shift+Tab (``BTab``) cycles the footer's mode."""
+    workspace = tmp_path / "project"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "src" / "ledger.py").write_text("MARKER_LEDGER = 1\n", encoding="utf-8")
+    openai_server.respond_with(lambda body: Reply(text="READ-DONE"))
+    pane = start_cairn(tmp_path, openai_server, workspace)
+    try:
+        pane.wait_for("mode accept-edits · Shift+Tab")
+        pane.send("BTab")
+        pane.wait_for("mode bypass · Shift+Tab")
+        pane.send("BTab")
+        screen = pane.wait_for("mode plan · Shift+Tab")
+        assert "mode bypass" not in screen
+        pane.send("BTab", "BTab")
+        pane.wait_for("mode accept-edits · Shift+Tab")
+
+        pane.send("-l", "look at @sr")
+        pane.wait_for(lambda s: "@src/" in s and "look at @src/" not in s)  # the line under
+        pane.send("Tab")
+        pane.wait_for("look at @src/")
+        pane.wait_for("@src/ledger.py")  # the folder's files, offered next
+        pane.send("Tab")
+        pane.wait_for("look at @src/ledger.py")
+        pane.send("-l", " please")
+        pane.send("Enter")
+        pane.wait_for("READ-DONE")
+        sent = json.dumps(openai_server.bodies[0]["messages"])
+        assert "MARKER_LEDGER" in sent  # attached by the core, read as a tool result
+
+        pane.type("!echo shell-says-hi")
+        pane.wait_for("bash needs your permission")  # as the model's bash, in accept-edits
+        pane.send("y")
+        screen = pane.wait_for("⎿ shell-says-hi")
+        assert "! echo shell-says-hi" in screen
+        assert "› !echo" not in screen  # a block, not a prompt
+        assert len(openai_server.requests) == 1  # no turn
+        pane.send("C-d")
+        assert "cairn exited 0" in pane.wait_for("cairn exited")
+    finally:
+        pane.close()
+    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in stderr, stderr
+
+
+def test_a_line_queued_while_the_agent_works_esc_and_rewinding_in_the_real_terminal(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """A line sent while the answer streams shows as queued and goes when the turn
+    ends; Esc takes it back into the box first. Then Esc Esc on the empty prompt opens
+    the rewind picker, ``/fork`` and ``/rewind 1`` switch to the new session."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    release = threading.Event()
+    answers = iter(["FIRST-ANSWER " * 20, "SECOND-ANSWER", "FORKED-ANSWER"])
+
+    def responder(body: dict[str, Any]) -> Reply:
+        text = next(answers, "MORE")
+        hold = release if text.startswith("FIRST") else None
+        return Reply(text=text, hold=hold, hold_after=4)
+
+    openai_server.respond_with(responder)
+    pane = start_cairn(tmp_path, openai_server, workspace)
+    try:
+        pane.wait_for("Ask Cairn")
+        pane.type("first question")
+        pane.wait_for("⠋")  # the spinner: the answer streams and waits
+        pane.type("second question")
+        pane.wait_for("queued › second question   (Esc edits)")
+        pane.send("Escape")
+        screen = pane.wait_for(lambda s: "queued ›" not in s and "▊ second question" in s)
+        assert "interrupted" not in screen  # taken back, not cancelled
+        pane.send("Enter")  # queued again
+        pane.wait_for("queued › second question")
+        release.set()
+        screen = pane.wait_for(lambda s: "SECOND-ANSWER" in s and "queued ›" not in s)
+        assert screen.index("FIRST-ANSWER") < screen.index("› second question")
+        assert "interrupted" not in screen
+
+        pane.send("Escape")
+        pane.wait_for("Press Esc again to rewind")
+        pane.send("Escape")
+        pane.wait_for("Rewind to before a prompt")
+        pane.wait_for("2. second question")
+        pane.send("Enter")  # the latest; no file changed since, so no question
+        screen = pane.wait_for("rewound: new session")
+        assert "▊ second question" in screen  # back in the box
+        pane.send("C-u")  # the box emptied for the next command
+        pane.type("/fork")
+        pane.wait_for("this is the copy")
+        pane.type("/rewind 1")
+        screen = pane.wait_for("rewound to before prompt 1")
+        assert "▊ first question" in screen
+        pane.send("C-d")
+        assert "cairn exited 0" in pane.wait_for("cairn exited")
+    finally:
+        release.set()
+        pane.close()
+    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in stderr, stderr
+
+
+def test_the_meter_past_the_budget_says_the_context_is_full_in_the_real_terminal(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """A server that reports no usage, a 4,096-token window and a long answer: the
+    estimate is past the budget, so the footer says the next request compacts first
+    instead of ``~4,297 / 4,096 (104%)``."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    detail = " ".join(f"Step {i}: the ledger balances." for i in range(700))
+    openai_server.respond_with(lambda body: Reply(text=f"{detail} END", omit_usage=True))
+    pane = start_cairn(tmp_path, openai_server, workspace, CAIRN_CONTEXT_WINDOW="4096")
+    try:
+        screen = pane.wait_for("Ask Cairn")
+        assert re.search(r"context ~[\d,]+ / [\d,]+ tokens", screen)  # under it: a number
+        pane.type("Tell me everything")
+        screen = pane.wait_for("context full · compacts before the next request")
+        assert not re.search(r"context ~?[\d,]+ / ", screen)
+        pane.send("C-d")
+        assert "cairn exited 0" in pane.wait_for("cairn exited")
+    finally:
+        pane.close()
+    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in stderr, stderr

@@ -124,17 +124,17 @@ def test_shift_tab_cycles_the_mode_and_the_footer_shows_it(
 
     async def scenario() -> None:
         async with app.run_test() as pilot:
-            assert app.mode == "mode ask (Shift+Tab)"
+            assert app.mode == "mode ask · Shift+Tab"
             prompt = app.query_one(PromptInput)
             for mode in ("accept-edits", "bypass", "plan", "ask"):
                 await pilot.press("shift+tab")
-                shown = f"mode {mode} (Shift+Tab)"
+                shown = f"mode {mode} · Shift+Tab"
                 await until(pilot, lambda: app.mode == shown, mode)  # noqa: B023 (awaited here)
                 assert app.agent.mode == mode
                 assert app.focused is prompt  # the key is the mode's, not the focus's
             # A mode set from elsewhere reaches the footer through its event.
             app.agent.set_mode("bypass")
-            await until(pilot, lambda: app.mode == "mode bypass (Shift+Tab)", "the event")
+            await until(pilot, lambda: app.mode == "mode bypass · Shift+Tab", "the event")
 
     asyncio.run(scenario())
     rt.close()

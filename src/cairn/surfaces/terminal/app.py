@@ -131,8 +131,11 @@ class CairnApp(App[None]):
     #queued { height: auto; max-height: 5; padding: 0 1; color: $text-muted; }
     #completions { height: 1; padding: 0 1; color: $text-muted; }
     #footer { height: 1; background: $panel; color: $text-muted; }
-    #meter { width: 1fr; padding: 0 1; }
-    #mode { width: auto; padding: 0 1; }
+    /* The meter whole; the mode takes what is left (cut first on a narrow screen). */
+    #meter { width: auto; padding: 0 1; }
+    #mode {
+        width: 1fr; padding: 0 1; text-align: right; text-wrap: nowrap; text-overflow: ellipsis;
+    }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         # Priority: the input binds Ctrl+C (copy) and Ctrl+D (delete) itself.

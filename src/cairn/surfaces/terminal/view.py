@@ -147,7 +147,7 @@ def meter_text(usage: SessionUsage, *, prepared: str | None = None) -> str:
 
 def mode_text(mode: SessionMode) -> str:
     """The footer's mode, and the key that changes it."""
-    return f"mode {mode} (Shift+Tab)"
+    return f"mode {mode} · Shift+Tab"
 
 
 def queued_text(prompts: Sequence[QueuedPrompt]) -> str:
