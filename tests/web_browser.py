@@ -111,18 +111,20 @@ class WebServer:
 
 @pytest.fixture(name="web")
 def web_fixture(tmp_path: Path, openai_server: OpenAIServer) -> Iterator[Callable[..., WebServer]]:
-    """Start the app (``web(permission_mode=..., max_queued=...)``); every server started
-    stops after the test."""
+    """Start the app (``web(permission_mode=..., max_queued=..., context_window=...)``);
+    every server started stops after the test."""
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
     def start(
-        permission_mode: PermissionMode = "bypass", max_queued: int = MAX_QUEUED
+        permission_mode: PermissionMode = "bypass",
+        max_queued: int = MAX_QUEUED,
+        context_window: int = 32_768,
     ) -> WebServer:
         workspace = tmp_path / "ws"
         workspace.mkdir(exist_ok=True)
         home = tmp_path / "home"
         model = ModelConfig(
-            model="test-model", base_url=openai_server.base_url, context_window=32_768
+            model="test-model", base_url=openai_server.base_url, context_window=context_window
         )
         setup = WebSetup(
             model=model,

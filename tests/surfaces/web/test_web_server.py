@@ -16,10 +16,12 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
+from cairn.agent.agent_session import SessionUsage
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.web import WebSetup, create_app
+from cairn.surfaces.web.frames import usage_json
 from cairn.surfaces.web.hub import HISTORY_LIMIT_MAX, HISTORY_PAGE
 from long_session import LONG, write_long_session
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
@@ -257,7 +259,15 @@ def test_compact_sends_the_state_the_content_and_the_block_to_that_pane_only(
     assert "keep the questions" in str(fork["messages"][-1]["content"])
 
 
-def test_the_guard_refuses_a_switch_a_clear_and_a_prompt_while_the_pane_compacts(
+def is_added(frame: dict[str, Any], role: str, content: str | None = None) -> bool:
+    """Whether ``frame`` is the ``messageAdded`` of a ``role`` message (with ``content``)."""
+    if frame["type"] != "event" or frame["event"]["type"] != "messageAdded":
+        return False
+    message = frame["event"]["message"]
+    return bool(message["role"] == role and content in (None, message.get("content")))
+
+
+def test_the_guard_refuses_a_switch_and_a_clear_and_queues_a_prompt_while_the_pane_compacts(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
@@ -275,12 +285,12 @@ def test_the_guard_refuses_a_switch_a_clear_and_a_prompt_while_the_pane_compacts
             assert p.open("p1", other)["type"] == "refused"
             p.send(type="prompt", pane="p1", text="/clear")
             assert "/clear refused" in p.until(lambda f: f["type"] == "refused")["text"]
+            # A prompt is not refused: it waits in the queue for the compaction to end.
             p.send(type="prompt", pane="p1", text="a prompt now")
-            assert "compacting" in p.until(lambda f: f["type"] == "refused")["text"]
-            p.send(type="prompt", pane="p1", text="/compact")
-            skipped = p.until(lambda f: f["type"] == "notice")["text"]
-            assert "already running" in skipped
+            queued = p.event("p1", "queueChange")["prompts"]
+            assert [q["text"] for q in queued] == ["a prompt now"]
             gate.set()
+            p.until(lambda f: is_added(f, "user", "a prompt now"))
             p.idle("p1")
             # The guard is lifted: the pane switches.
             opened = p.open("p1", other)
@@ -580,3 +590,230 @@ def test_context_cost_and_model_answer_in_the_pane_with_the_same_words(
             if name == "/cost":
                 assert "output       " in frame["text"]
     assert len(openai_server.bodies) == sent
+
+
+# -- issue 29: the everyday gestures through AgentSession ---------------------------------
+
+
+def slow_answers(server: OpenAIServer, gate: threading.Event) -> None:
+    """Prompts holding ``slow`` stream a few pieces of ``ANSWER`` and wait for ``gate``."""
+    server.respond_with(
+        lambda body: (
+            Reply(text=ANSWER, hold=gate, hold_after=3)
+            if "slow" in str(body["messages"][-1].get("content"))
+            else Reply(text=f"answer to {body['messages'][-1].get('content')}")
+        )
+    )
+
+
+def sent_prompts(server: OpenAIServer) -> list[str]:
+    """The last user message of every request the model got, in order."""
+    return [str(b["messages"][-1].get("content")) for b in server.bodies]
+
+
+def test_a_line_sent_while_the_pane_works_is_queued_edited_withdrawn_and_sent_after_the_turn(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    slow_answers(openai_server, gate)
+    try:
+        with make_client(tmp_path, openai_server) as client, page(client) as p:
+            sid = p.open("p1")["sessionId"]
+            p.send(type="prompt", pane="p1", text="a slow question")
+            p.event("p1", "messageUpdated")
+            for text in ("second", "third", "fourth"):
+                p.send(type="prompt", pane="p1", text=text)
+                p.event("p1", "queueChange")
+            # The page that opens the pane again (a reload) gets the queue in `opened`.
+            reopened = p.open("p1", sid)
+            assert [q["text"] for q in reopened["queued"]] == ["second", "third", "fourth"]
+            ids = {q["text"]: q["id"] for q in reopened["queued"]}
+            p.send(type="editQueued", pane="p1", id=ids["second"], text="second, edited")
+            assert [q["text"] for q in p.event("p1", "queueChange")["prompts"]] == [
+                "second, edited",
+                "third",
+                "fourth",
+            ]
+            p.send(type="unqueue", pane="p1", id=ids["third"])
+            assert [q["text"] for q in p.event("p1", "queueChange")["prompts"]] == [
+                "second, edited",
+                "fourth",
+            ]
+            p.send(type="unqueue", pane="p1", id="no-such-line")
+            assert "sent already" in p.until(lambda f: f["type"] == "notice")["text"]
+            gate.set()
+            p.until(lambda f: is_added(f, "assistant", "answer to fourth"))
+            p.idle("p1")
+    finally:
+        gate.set()
+    assert sent_prompts(openai_server) == ["a slow question", "second, edited", "fourth"]
+
+
+def test_stop_keeps_the_queue_and_nothing_queued_is_sent(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    slow_answers(openai_server, gate)
+    try:
+        with make_client(tmp_path, openai_server) as client, page(client) as p:
+            sid = p.open("p1")["sessionId"]
+            p.send(type="prompt", pane="p1", text="a slow question")
+            p.event("p1", "messageUpdated")
+            p.send(type="prompt", pane="p1", text="later")
+            p.event("p1", "queueChange")
+            p.send(type="cancel", pane="p1")
+            gate.set()
+            p.idle("p1")
+            assert [q["text"] for q in p.open("p1", sid)["queued"]] == ["later"]
+    finally:
+        gate.set()
+    assert sent_prompts(openai_server) == ["a slow question"]
+
+
+def test_a_shell_command_is_a_block_live_and_when_the_session_is_opened_again(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    with make_client(tmp_path, openai_server) as client:
+        with page(client) as p:
+            sid = p.open("p1")["sessionId"]
+            p.send(type="prompt", pane="p1", text="!echo '<b>hi</b>'")
+            live = p.until(lambda f: is_added(f, "user"))["event"]["message"]["shell"]
+            p.idle("p1")
+            p.send(type="prompt", pane="p1", text="!")
+            assert "usage: !command" in p.until(lambda f: f["type"] == "notice")["text"]
+        with page(client) as p:
+            messages = p.open("p1", sid)["messages"]
+    # The command and its output apart (the page shows them as plain text), as bash ran it.
+    assert live["command"] == "echo '<b>hi</b>'" and live["ok"] is True
+    assert live["output"].startswith("<b>hi</b>\n") and "bash-output" not in live["output"]
+    assert [m["shell"] for m in messages if "shell" in m] == [live]
+    assert openai_server.bodies == []  # the model was never asked
+
+
+def test_at_completion_offers_workspace_paths_and_bad_prefixes_are_errors(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "src" / "cairn").mkdir(parents=True)
+    (workspace / "src" / "calc.py").write_text("x = 1\n")
+    (workspace / "README.md").write_text("hi\n")
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        p.open("p1")
+        p.send(type="complete", pane="p1", prefix="src/ca")
+        frame = p.until(lambda f: f["type"] == "completions")
+        assert frame == {
+            "type": "completions",
+            "pane": "p1",
+            "prefix": "src/ca",
+            "paths": ["src/cairn/", "src/calc.py"],
+        }
+        p.send(type="complete", pane="p1", prefix="")
+        assert p.until(lambda f: f["type"] == "completions")["paths"] == ["src/", "README.md"]
+        p.send(type="complete", pane="p1", prefix="../")
+        assert p.until(lambda f: f["type"] == "completions")["paths"] == []
+        for bad in (None, 3, "x" * 2_000):
+            p.send(type="complete", pane="p1", prefix=bad)
+            error = p.socket.receive_json()
+            while error["type"] == "sessions":
+                error = p.socket.receive_json()
+            assert error["type"] == "error" and "prefix must be" in error["text"], error
+
+
+def test_the_mode_is_in_opened_and_a_mode_frame_changes_it(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    with make_client(tmp_path, openai_server, mode="ask") as client, page(client) as p:
+        assert p.open("p1")["mode"] == "ask"
+        p.send(type="mode", pane="p1", mode="plan")
+        assert p.event("p1", "modeChange")["mode"] == "plan"
+        p.send(type="mode", pane="p1", mode="bypass")
+        assert p.event("p1", "modeChange")["mode"] == "bypass"
+        p.send(type="mode", pane="p1", mode="yolo")
+        assert "mode must be one of" in p.until(lambda f: f["type"] == "error")["text"]
+        assert p.open("p1", None)["mode"] == "ask"  # a new session: the server's mode
+
+
+def test_rewind_branches_before_a_prompt_and_gives_its_text_back(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    arguments = json.dumps({"path": "notes.txt", "content": "written after"})
+    openai_server.script(
+        Reply(text="first answer"),
+        Reply(tool_calls=[ToolCallSpec("write_file", arguments)]),
+        Reply(text="wrote it"),
+    )
+    with make_client(tmp_path, openai_server) as client, page(client) as p:
+        original = p.open("p1")["sessionId"]
+        p.ask("p1", "first question")
+        p.ask("p1", "write the notes")
+        assert (tmp_path / "ws" / "notes.txt").exists()
+        p.send(type="points", pane="p1")
+        points = p.until(lambda f: f["type"] == "points")["points"]
+        assert [(q["text"], q["filesChanged"]) for q in points] == [
+            ("first question", True),
+            ("write the notes", True),
+        ]
+        assert points[1]["changedFiles"] == [str(tmp_path / "ws" / "notes.txt")] or points[1][
+            "changedFiles"
+        ] == ["notes.txt"]
+        p.send(type="rewind", pane="p1", pointId=points[1]["id"], restoreFiles=True)
+        opened = p.until(lambda f: f["type"] == "opened")
+        branch = opened["sessionId"]
+        assert branch != original
+        assert [m["content"] for m in opened["messages"]] == ["first question", "first answer"]
+        rewound = p.until(lambda f: f["type"] == "rewound")
+        assert (rewound["from"], rewound["sessionId"]) == (original, branch)
+        assert rewound["prompt"] == "write the notes"
+        assert len(rewound["files"]["removed"]) == 1
+        assert not (tmp_path / "ws" / "notes.txt").exists()
+        listed = p.until(
+            lambda f: (
+                f["type"] == "sessions" and {original, branch} <= {s["id"] for s in f["sessions"]}
+            )
+        )
+        assert listed
+        p.send(type="rewind", pane="p1", pointId="no-such-point")
+        assert p.until(lambda f: f["type"] in ("refused", "notice"))["type"] == "refused"
+
+
+def test_fork_opens_a_copy_and_both_gestures_are_refused_while_the_pane_works(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    gate = threading.Event()
+    slow_answers(openai_server, gate)
+    try:
+        with make_client(tmp_path, openai_server) as client, page(client) as p:
+            original = p.open("p1")["sessionId"]
+            p.ask("p1", "first question")
+            p.send(type="prompt", pane="p1", text="/fork")
+            opened = p.until(lambda f: f["type"] == "opened")
+            copy = opened["sessionId"]
+            assert copy != original
+            assert [m["content"] for m in opened["messages"]] == [
+                "first question",
+                "answer to first question",
+            ]
+            assert "forked" in p.until(lambda f: f["type"] == "notice")["text"]
+            p.send(type="points", pane="p1")
+            point = p.until(lambda f: f["type"] == "points")["points"][0]["id"]
+            p.send(type="prompt", pane="p1", text="a slow question")
+            p.event("p1", "messageUpdated")
+            p.seen.clear()
+            p.send(type="prompt", pane="p1", text="/fork")
+            assert "cannot fork" in p.until(lambda f: f["type"] == "notice")["text"]
+            p.send(type="rewind", pane="p1", pointId=point, restoreFiles=False)
+            assert "cannot rewind" in p.until(lambda f: f["type"] == "notice")["text"]
+            p.send(type="prompt", pane="p1", text="/rewind 1")
+            assert "cannot rewind" in p.until(lambda f: f["type"] == "notice")["text"]
+            gate.set()
+            p.idle("p1")
+            assert not [f for f in p.seen if f["type"] in ("opened", "queueChange")]
+    finally:
+        gate.set()
+
+
+def test_the_meter_never_shows_a_number_over_the_budget() -> None:
+    over = usage_json(SessionUsage(None, 4_096, 3_000, 0, 36_401))
+    assert over["meter"] == {"tokens": None, "estimated": True, "overBudget": True}
+    under = usage_json(SessionUsage(1_200, 4_096, 3_000, 0, 1_500))
+    assert under["meter"] == {"tokens": 1_200, "estimated": False, "overBudget": False}

@@ -12,7 +12,13 @@ rule of its own:
   (``markdown.render_markdown``), the only HTML the page ever inserts;
 - ``fold``: for a user message as long as a paste to fold
   (``cairn.agent.paste``, the rule every surface shares), its ``label`` and
-  the ``head`` (first lines) it shows while folded.
+  the ``head`` (first lines) it shows while folded;
+- ``shell``: for the message a ``!command`` added (``meta.extra.shell``), its
+  ``command``, ``output`` and ``ok``, which the page shows as a block of
+  plain text, never as the user's bubble.
+
+``usage_json`` carries the meter's reading (``SessionUsage.meter``), so the
+page never shows a number over the budget.
 
 ``config_frame`` is the first frame on every socket: the paste rule's numbers,
 which the prompt box folds a paste by.
@@ -25,6 +31,7 @@ from cairn.agent.events import (
     CompactBlockAdded,
     Event,
     MessageAdded,
+    QueuedPrompt,
     event_to_wire,
     message_to_wire,
 )
@@ -45,6 +52,8 @@ __all__ = [
     "history_frame",
     "message_json",
     "opened_frame",
+    "queued_json",
+    "shell_json",
     "state_frame",
     "usage_json",
 ]
@@ -64,7 +73,10 @@ def message_json(message: Message) -> JSONObject:
     wire = message_to_wire(message)
     kind = message.meta.kind
     text = message.text
-    if text and (
+    shell = shell_json(message)
+    if shell is not None:
+        wire["shell"] = shell
+    elif text and (
         kind == KIND_COMPACT_SUMMARY or (kind == KIND_CHAT and message.role == "assistant")
     ):
         wire["html"] = render_markdown(text)
@@ -74,6 +86,35 @@ def message_json(message: Message) -> JSONObject:
             "head": "\n".join(text.split("\n")[:FOLDED_HEAD_LINES]),
         }
     return wire
+
+
+#: Around a ``!command``'s output in its message (the ``shell_command`` prompt).
+_OUTPUT_OPEN = "<bash-output>\n"
+_OUTPUT_CLOSE = "\n</bash-output>"
+
+
+def shell_json(message: Message) -> JSONObject | None:
+    """A ``!command``'s message as the page shows it: ``{command, output, ok}``; ``None``
+    for any other message.
+
+    The output is read back from between the prompt's ``<bash-output>`` tags
+    (the first opening, the last closing: an output may hold the tags
+    itself); a text without them is shown whole rather than lost.
+    """
+    extra = message.meta.extra
+    command = extra.get("shell") if message.role == "user" else None
+    if not isinstance(command, str):
+        return None
+    text = message.text
+    start, end = text.find(_OUTPUT_OPEN), text.rfind(_OUTPUT_CLOSE)
+    output = text[start + len(_OUTPUT_OPEN) : end] if 0 <= start <= end else text
+    ok = extra.get("ok")
+    return {"command": command, "output": output, "ok": ok if isinstance(ok, bool) else None}
+
+
+def queued_json(queued: tuple[QueuedPrompt, ...]) -> list[JSONValue]:
+    """The lines waiting for the turn to end, as ``queueChange`` carries them."""
+    return [{"id": item.id, "text": item.text} for item in queued]
 
 
 def event_frame(pane_id: str, event: Event) -> JSONObject:
@@ -87,7 +128,15 @@ def event_frame(pane_id: str, event: Event) -> JSONObject:
 
 
 def usage_json(usage: SessionUsage) -> JSONObject:
+    """The meter's figures; ``meter`` is what the page shows (``SessionUsage.meter``: never
+    a number over the budget, ``overBudget`` instead)."""
+    meter = usage.meter
     return {
+        "meter": {
+            "tokens": meter.tokens,
+            "estimated": meter.estimated,
+            "overBudget": meter.over_budget,
+        },
         "latestTotalTokens": usage.latest_total_tokens,
         "window": usage.window,
         "inputBudget": usage.input_budget,
@@ -105,9 +154,13 @@ def opened_frame(
     status: str,
     busy: bool,
     read_only: bool = False,
+    mode: str | None = None,
+    queued: tuple[QueuedPrompt, ...] = (),
 ) -> JSONObject:
     """The pane now shows ``session_id``: the last page of its UI view (``start`` is the
-    position of its first entry, ``total`` the entries in the whole view)."""
+    position of its first entry, ``total`` the entries in the whole view), with the
+    session's ``mode`` (none for a followed session: not this page's to change) and the
+    lines ``queued`` for the end of its turn."""
     frame: JSONObject = {
         "type": "opened",
         "pane": pane_id,
@@ -118,7 +171,10 @@ def opened_frame(
         "usage": usage_json(usage),
         "status": status,
         "busy": busy,
+        "queued": queued_json(queued),
     }
+    if mode is not None:
+        frame["mode"] = mode
     if read_only:
         frame["readOnly"] = True
     return frame

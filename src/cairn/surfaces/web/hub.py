@@ -4,8 +4,17 @@ A page opens one WebSocket; on it, each pane (``p1``, ``p2`` …, named by the
 page) is bound to its own session over its own ``Runtime``, so two panes
 stream, run tools and compact at the same time without sharing a guard. The
 ``Hub`` turns what the page sends (``open``, ``prompt``, ``cancel``,
-``answer``, ``close``, ``list``, ``history``) into ``AgentSession`` calls and
-the sessions' events into frames, through one writer so their order holds.
+``answer``, ``close``, ``list``, ``history`` and the everyday gestures:
+``complete``, ``unqueue``, ``editQueued``, ``mode``, ``points``, ``rewind``)
+into ``AgentSession`` calls and the sessions' events into frames, through one
+writer so their order holds.
+
+A line from the prompt box goes through ``AgentSession.send``, as on every
+surface: a ``/command``, a ``!command`` or a prompt, queued by the core while
+the pane works (the ``queueChange`` event shows the queue). Only the commands
+that change which session the pane shows are the hub's: ``/clear``,
+``/resume`` (the sidebar), ``/fork`` and ``/rewind N`` — after a fork or a
+rewind the pane shows the branch (``rewound`` says what came back).
 
 A long session is paged: ``opened`` carries only the last ``HISTORY_PAGE``
 entries of its UI view, with ``start`` (the position of the first of them)
@@ -38,10 +47,18 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.agent.agent_session import AgentSession, SessionBusyError
+from cairn.agent.agent_session import AgentSession, SendOutcome, SessionBusyError
 from cairn.agent.commands import HELP, parse_command
-from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, StatusChange
+from cairn.agent.events import (
+    SESSION_MODES,
+    CompactBlockAdded,
+    Event,
+    MessageAdded,
+    StatusChange,
+    UsageUpdate,
+)
 from cairn.agent.loop import TurnError
+from cairn.agent.rewind import RestoredFiles, RewindPointError
 from cairn.agent.session import PERMISSION_DECISIONS, Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
@@ -50,14 +67,37 @@ from cairn.messages import JSONObject, JSONValue
 from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import TranscriptLockedError, UiPage
 from cairn.store.paths import is_session_id
-from cairn.surfaces.web.frames import event_frame, history_frame, opened_frame, state_frame
+from cairn.surfaces.web.frames import (
+    event_frame,
+    history_frame,
+    opened_frame,
+    state_frame,
+)
 from cairn.surfaces.web.listing import SessionList
 from cairn.surfaces.web.watch import Watch
 
 log = logging.getLogger(__name__)
 
 #: Frames the page may send, and the fields each needs.
-CLIENT_FRAMES = ("list", "open", "prompt", "cancel", "answer", "close", "history")
+CLIENT_FRAMES = (
+    "list",
+    "open",
+    "prompt",
+    "cancel",
+    "answer",
+    "close",
+    "history",
+    "complete",
+    "unqueue",
+    "editQueued",
+    "mode",
+    "points",
+    "rewind",
+)
+#: Frames that act on a pane's session: refused for one followed read-only.
+WRITING_FRAMES = frozenset(CLIENT_FRAMES) - {"list", "open", "close", "history"}
+#: The longest ``@`` prefix ``complete`` takes (a path, not a document).
+PREFIX_MAX = 1_024
 #: UI entries ``opened`` carries: the end of the session, however long it is.
 HISTORY_PAGE = 300
 #: The most entries one ``history`` frame may ask for, so no page can make the
@@ -104,14 +144,18 @@ class Pane:
     id: str
     runtime: Runtime
     agent: AgentSession
-    #: The prompt or command running in this pane, if any.
-    work: asyncio.Task[None] | None = None
+    #: The lines and commands running in this pane (more than one only for an instant:
+    #: a line sent while one runs is queued by the core and its task ends at once).
+    works: set[asyncio.Task[None]] = field(default_factory=set)
     #: The guard bit last sent to the page.
     shown_busy: bool | None = None
+    #: The user pressed Stop since the last line started: lines queued meanwhile stay
+    #: queued for the user to edit (as the core keeps them after a cancelled turn).
+    stopped: bool = False
 
     @property
     def busy(self) -> bool:
-        working = self.work is not None and not self.work.done()
+        working = any(not work.done() for work in self.works)
         return working or self.agent.status != "idle" or bool(self.agent.running_tasks)
 
 
@@ -177,7 +221,7 @@ class Hub:
             return
         pane_id = _text(frame, "pane")
         watch = self.watches.get(pane_id)
-        if watch is not None and kind in ("prompt", "cancel", "answer"):
+        if watch is not None and kind in WRITING_FRAMES:
             self._refuse(pane_id, f"read-only: {watch.reason}")
             return
         if watch is not None and kind == "history":
@@ -197,7 +241,9 @@ class Hub:
         elif kind == "prompt":
             self.prompt(pane_id, _text(frame, "text"))
         elif kind == "cancel":
-            self._pane(pane_id).agent.cancel()
+            pane = self._pane(pane_id)
+            pane.stopped = True
+            pane.agent.cancel()
         elif kind == "answer":
             decision = _text(frame, "decision")
             if decision not in PERMISSION_DECISIONS:
@@ -210,6 +256,27 @@ class Hub:
         elif kind == "history":
             before = _count(frame, "before", 0)
             self.history(pane_id, before, _count(frame, "limit", 1, HISTORY_LIMIT_MAX))
+        elif kind == "complete":
+            await self.complete(pane_id, _prefix(frame))
+        elif kind == "unqueue":
+            if self._pane(pane_id).agent.unqueue(_text(frame, "id")) is None:
+                self._notice(pane_id, "that line has been sent already")
+        elif kind == "editQueued":
+            pane = self._pane(pane_id)
+            if not pane.agent.edit_queued(_text(frame, "id"), _text(frame, "text")):
+                self._notice(pane_id, "that line has been sent already")
+        elif kind == "mode":
+            mode = frame.get("mode")
+            if mode not in SESSION_MODES:
+                raise FrameError(f"mode: mode must be one of {', '.join(SESSION_MODES)}")
+            self._pane(pane_id).agent.set_mode(mode)
+        elif kind == "points":
+            self.points(pane_id)
+        elif kind == "rewind":
+            restore = frame.get("restoreFiles", False)
+            if not isinstance(restore, bool):
+                raise FrameError("rewind: restoreFiles must be true or false")
+            self.rewind(pane_id, _text(frame, "pointId"), restore_files=restore)
 
     # -- panes -----------------------------------------------------------------------
 
@@ -220,13 +287,13 @@ class Hub:
         (``Watch``); opening it again once that process let it go resumes it.
         """
         pane = self.panes.get(pane_id)
+        if pane is not None and session_id == pane.agent.id:
+            self._opened(pane)  # the same session again: no switch, so no guard
+            return
         if pane is not None and pane.busy:
             self._refuse(
                 pane_id, f"session {pane.agent.id} is {_doing(pane)}: wait for it or cancel it"
             )
-            return
-        if pane is not None and session_id == pane.agent.id:
-            self._opened(pane)
             return
         if session_id is not None and self._open.held(session_id):
             self._refuse(pane_id, f"session {session_id} is open in another pane")
@@ -265,12 +332,31 @@ class Hub:
         if pane is not None:
             self._release(pane)
         self._unwatch(pane_id)
-        pane = Pane(pane_id, runtime, agent)
+        self._bind(Pane(pane_id, runtime, agent))
+
+    def _bind(self, pane: Pane) -> None:
         self._open.claim(pane)
-        self.panes[pane_id] = pane
-        agent.on_event(lambda event: self._on_event(pane, event))
+        self.panes[pane.id] = pane
+        pane.agent.on_event(lambda event: self._on_event(pane, event))
         self._opened(pane)
-        self._sessions_changed(agent.id)
+        self._sessions_changed(pane.agent.id)
+
+    def _branched(self, pane: Pane, agent: AgentSession) -> Pane:
+        """The pane shows ``agent``, a branch of its session (a fork, a rewind) on the
+        same runtime, which closed the original; the sidebar lists both."""
+        self._open.release(pane)
+        branch = Pane(pane.id, pane.runtime, agent, pane.works)
+        self._bind(branch)
+        self._sessions_changed(pane.agent.id)
+        return branch
+
+    def _follow_switch(self, pane: Pane) -> Pane:
+        """After a command: the pane shows the runtime's current session, should the
+        command have switched to another (``/rewind N``, queued and sent by the core)."""
+        current = pane.runtime.current_session
+        if current is None or current.id == pane.agent.id or self.panes.get(pane.id) is not pane:
+            return pane
+        return self._branched(pane, AgentSession(pane.runtime, current))
 
     def _opened(self, pane: Pane) -> None:
         try:
@@ -287,6 +373,8 @@ class Hub:
                 pane.agent.usage,
                 status=pane.agent.status,
                 busy=pane.busy,
+                mode=pane.agent.mode,
+                queued=pane.agent.queued,
             )
         )
         pane.shown_busy = pane.busy
@@ -312,9 +400,9 @@ class Hub:
         if pane is None:
             return
         pane.agent.cancel()
-        if pane.work is not None:
+        for work in list(pane.works):
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(pane.work), 10)
+                await asyncio.wait_for(asyncio.shield(work), 10)
         self._release(pane)
 
     def _release(self, pane: Pane) -> None:
@@ -356,25 +444,28 @@ class Hub:
     # -- prompts and commands ---------------------------------------------------------
 
     def prompt(self, pane_id: str, text: str) -> None:
+        """A line from the prompt box: ``AgentSession.send`` (queued while the pane works),
+        but for the commands that change which session the pane shows."""
         pane = self._pane(pane_id)
         command = parse_command(text)
-        if command is not None and command[0] not in ("/clear", "/resume"):
-            # Judged by the runtime: /compact is ignored while a response streams
-            # and skipped while one runs — it says so.
-            self._start(pane, self._command(pane, *command))
-            return
-        if command is not None and command[0] == "/clear":
+        name, argument = command if command is not None else ("", "")
+        if name == "/clear":
             self.clear(pane)
-            return
-        if command is not None:  # /resume
+        elif name == "/resume":
             self._notice(pane_id, "choose a session in the sidebar to open it in this pane")
-            return
-        if pane.busy:
-            self._refuse(
-                pane_id, f"session {pane.agent.id} is {_doing(pane)}: wait for it or cancel it"
-            )
-            return
-        self._start(pane, self._turn(pane, text))
+        elif name == "/help":
+            self._notice(pane_id, HELP)  # at once, even while the pane works
+        elif name == "/fork":
+            self.fork(pane)
+        elif name == "/rewind" and argument:
+            if pane.agent.busy:
+                # Queued, it would switch the session under a turn; refused as the core
+                # refuses AgentSession.rewind.
+                self._notice(pane_id, f"cannot rewind: session {pane.agent.id} is {_doing(pane)}")
+            else:
+                self._start(pane, self._send_line(pane, text))
+        else:
+            self._start(pane, self._send_line(pane, text))
 
     def clear(self, pane: Pane) -> None:
         if pane.busy:
@@ -382,19 +473,120 @@ class Hub:
             return
         self.open(pane.id, None)
 
+    def fork(self, pane: Pane) -> None:
+        """``/fork``: the pane goes on in a copy of its session; the original stays listed."""
+        original = pane.agent.id
+        try:
+            agent = pane.agent.fork()
+        except SessionBusyError as exc:
+            self._notice(pane.id, str(exc))
+            return
+        except (CairnError, OSError) as exc:
+            self._send({"type": "error", "pane": pane.id, "text": f"/fork failed: {exc}"})
+            return
+        branch = self._branched(pane, agent)
+        self._notice(pane.id, f"forked {original} into {branch.agent.id}: this is the copy")
+
+    async def complete(self, pane_id: str, prefix: str) -> None:
+        """The workspace paths for ``@prefix``, read off the loop (a slow disk stalls no pane)."""
+        pane = self._pane(pane_id)
+        paths = await asyncio.to_thread(pane.agent.complete_path, prefix)
+        self._send({"type": "completions", "pane": pane_id, "prefix": prefix, "paths": [*paths]})
+
+    def points(self, pane_id: str) -> None:
+        """The prompts the pane's session may be rewound to, and what changed after each."""
+        pane = self._pane(pane_id)
+        try:
+            points = pane.agent.prompt_points()
+        except (CairnError, OSError) as exc:
+            self._unreadable(pane_id, exc)
+            return
+        self._send(
+            {
+                "type": "points",
+                "pane": pane_id,
+                "sessionId": pane.agent.id,
+                "points": [
+                    {
+                        "id": point.id,
+                        "text": point.text,
+                        "filesChanged": point.files_changed,
+                        "changedFiles": [str(path) for path in point.changed_files],
+                        "bashCommands": [*point.bash_commands],
+                    }
+                    for point in points
+                ],
+            }
+        )
+
+    def rewind(self, pane_id: str, point_id: str, *, restore_files: bool) -> None:
+        """A branch from just before prompt ``point_id``, shown in the pane with the prompt
+        back in its box; the original stays listed."""
+        pane = self._pane(pane_id)
+        original = pane.agent.id
+        try:
+            outcome = pane.agent.rewind(point_id, restore_files=restore_files)
+        except SessionBusyError as exc:
+            self._notice(pane_id, str(exc))
+            return
+        except RewindPointError as exc:
+            self._refuse(pane_id, str(exc))
+            return
+        except (CairnError, OSError) as exc:
+            self._send({"type": "error", "pane": pane_id, "text": f"cannot rewind: {exc}"})
+            return
+        branch = self._branched(pane, outcome.session)
+        self._rewound(branch, original, outcome.prompt, outcome.files)
+
+    def _rewound(self, pane: Pane, original: str, prompt: str, files: RestoredFiles) -> None:
+        self._send(
+            {
+                "type": "rewound",
+                "pane": pane.id,
+                "sessionId": pane.agent.id,
+                "from": original,
+                "prompt": prompt,
+                "files": {
+                    "restored": [str(path) for path in files.restored],
+                    "removed": [str(path) for path in files.removed],
+                    "notRestorable": [f"{path}: {why}" for path, why in files.not_restorable],
+                    "bashCommands": [*files.bash_commands],
+                },
+            }
+        )
+
     def _start(self, pane: Pane, work: Coroutine[object, object, None]) -> None:
-        pane.work = asyncio.get_running_loop().create_task(work)
-        pane.work.add_done_callback(lambda _: self._ended(pane))
+        task = asyncio.get_running_loop().create_task(work)
+        pane.works.add(task)
+        task.add_done_callback(lambda _: self._ended(pane, task))
         self._state(pane)
 
-    def _ended(self, pane: Pane) -> None:
-        if self.panes.get(pane.id) is pane:
-            self._state(pane)
-            self._sessions_changed(pane.agent.id)
+    def _ended(self, pane: Pane, task: asyncio.Task[None]) -> None:
+        pane.works.discard(task)
+        # The pane may show a branch by now (a rewind the core ran from the queue): it
+        # shares this pane's runtime and its tasks.
+        shown = self.panes.get(pane.id)
+        if shown is not None and shown.runtime is pane.runtime:
+            self._state(shown)
+            self._sessions_changed(shown.agent.id)
 
-    async def _turn(self, pane: Pane, text: str) -> None:
+    async def _send_line(self, pane: Pane, text: str) -> None:
+        if not pane.agent.busy:
+            pane.stopped = False  # a new line starts: a Stop before it is history
         try:
-            await pane.agent.prompt(text)
+            outcome = await pane.agent.send(text)
+            while True:
+                pane = self._shown(pane, outcome)
+                # The core sends the queue when a turn ends; a command or a !command
+                # that ran meanwhile ends no turn, so its queue goes from here, in order.
+                if outcome.turn is not None or outcome.queued is not None or pane.stopped:
+                    break
+                if pane.agent.busy or not pane.agent.queued:
+                    break
+                item = pane.agent.unqueue(pane.agent.queued[0].id)
+                if item is None:
+                    break
+                outcome = await pane.agent.send(item.text)
         except SessionBusyError as exc:
             self._refuse(pane.id, str(exc))
         except TurnError:
@@ -402,21 +594,25 @@ class Hub:
         except (CairnError, OSError) as exc:
             self._send({"type": "error", "pane": pane.id, "text": f"{type(exc).__name__}: {exc}"})
 
-    async def _command(self, pane: Pane, name: str, argument: str) -> None:
-        if name == "/help":
-            self._notice(pane.id, HELP)
-            return
-        try:
-            outcome = await pane.agent.command(f"{name} {argument}".strip())
-        except (CairnError, OSError) as exc:
-            self._send({"type": "error", "pane": pane.id, "text": f"{name}: {exc}"})
-            return
-        if outcome.compaction is not None:
-            return  # the compact block says it
-        if outcome.ok:
-            self._notice(pane.id, outcome.text)
+    def _shown(self, pane: Pane, outcome: SendOutcome) -> Pane:
+        """Show what ``send`` did that no event shows; the pane as it now is."""
+        command = outcome.command
+        if outcome.shell is not None and outcome.shell.ok is None:
+            # Not run (no command given): no message was added to show it.
+            self._notice(pane.id, outcome.shell.output)
+        if command is None:
+            return pane
+        shown = self._follow_switch(pane)
+        if command.compaction is not None:
+            pass  # the compact block says it
+        elif command.prompt is not None and shown is not pane:
+            self._rewound(shown, pane.agent.id, command.prompt, RestoredFiles())
+            self._notice(shown.id, command.text)
+        elif command.ok:
+            self._notice(shown.id, command.text)
         else:
-            self._send({"type": "error", "pane": pane.id, "text": outcome.text})
+            self._send({"type": "error", "pane": shown.id, "text": command.text})
+        return shown
 
     # -- events ------------------------------------------------------------------------
 
@@ -424,7 +620,9 @@ class Hub:
         if self.panes.get(pane.id) is not pane:
             return  # a session this pane no longer shows
         self._send(event_frame(pane.id, event))
-        if isinstance(event, StatusChange | CompactBlockAdded):
+        if isinstance(event, StatusChange | CompactBlockAdded | UsageUpdate):
+            # The meter's reading (never over the budget) is worked out here, not in the
+            # page: after new usage too, the page gets it.
             self._state(pane)
         if isinstance(event, MessageAdded) and event.message.role == "user":
             # Stored as it is published: the sidebar shows the new chat by its first
@@ -510,6 +708,14 @@ def _count(frame: dict[str, JSONValue], key: str, low: int, high: int | None = N
     ):
         bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
         raise FrameError(f"{frame['type']}: {key} must be an integer {bounds}")
+    return value
+
+
+def _prefix(frame: dict[str, JSONValue]) -> str:
+    """What follows the ``@``: empty for a bare ``@`` (the workspace's top level)."""
+    value = frame.get("prefix")
+    if not isinstance(value, str) or len(value) > PREFIX_MAX:
+        raise FrameError(f"complete: prefix must be a string of at most {PREFIX_MAX} characters")
     return value
 
 

@@ -162,6 +162,15 @@ function onFrame(frame) {
     case "notice":
       pane.notice(frame.text);
       break;
+    case "completions":
+      pane.completions(frame);
+      break;
+    case "points":
+      pane.points(frame);
+      break;
+    case "rewound":
+      pane.rewound(frame);
+      break;
     case "refused":
       pane.refused(frame.text);
       break;

@@ -14,16 +14,23 @@ export function compactLabel(message) {
   return parts.join(" · ");
 }
 
-// "context 12,345 / 24,000 tokens · 1 compaction"; "~" marks the pipeline's estimate,
-// shown only when the provider reported no total; then the background summary's state.
+// "context 12,345 / 24,000 tokens · 1 compaction" from the server's reading
+// (`usage.meter`, SessionUsage.meter): "~" marks the pipeline's estimate (the provider
+// reported no total). Past the budget no request of that size is ever sent — the next
+// one compacts first — so the meter says so instead of a number; then the background
+// summary's state.
+export const CONTEXT_FULL = "context full · compacts before the next request";
+
 export function meterText(usage, prepared = null) {
-  const { latestTotalTokens: total, projectedTokens: projected } = usage;
   const budget = usage.inputBudget ?? usage.window;
   const compactions = usage.compactions ?? 0;
-  let used = "–";
-  if (total != null) used = number(total);
-  else if (projected != null) used = `~${number(projected)}`;
-  const context = budget ? `context ${used} / ${number(budget)} tokens` : `context ${used} tokens`;
+  const meter = usage.meter ?? { tokens: null, estimated: false, overBudget: false };
+  let context = CONTEXT_FULL;
+  if (!meter.overBudget) {
+    let used = "–";
+    if (meter.tokens != null) used = `${meter.estimated ? "~" : ""}${number(meter.tokens)}`;
+    context = budget ? `context ${used} / ${number(budget)} tokens` : `context ${used} tokens`;
+  }
   const quiet = PREPARED[prepared] ? ` · ${PREPARED[prepared]}` : "";
   return `${context} · ${compactions} ${compactions === 1 ? "compaction" : "compactions"}${quiet}`;
 }

@@ -1,5 +1,13 @@
 // One pane: a session's history (virtualized), the cursor and the compaction hint
-// after it, permission requests, the prompt box and the context meter.
+// after it, permission requests, the prompt box, its mode and the context meter.
+//
+// The prompt box stays open while the session works: a line sent then is queued by
+// the server (AgentSession.send) and shown under the list as "queued" (the
+// `queueChange` event), with Edit (back into the box, withdrawn) and Cancel. `@path`
+// completes workspace paths (complete.js). A prompt the user typed has a "⋯" menu:
+// Rewind to here asks the server for the points (`points`), confirms — conversation
+// only, or with the files when files changed after it — and the pane then shows the
+// branch, the prompt back in the box (`rewound`).
 //
 // A paste over the server's threshold (`host.pasteRule()`, from its `config` frame)
 // goes into the prompt box as its label, "[Pasted text #1 · 2,000 lines]", and the
@@ -11,7 +19,8 @@
 // in view where they are. Live events only ever append, so one arriving while a page
 // is on its way is neither lost nor repeated.
 
-import { countLabel, meterText } from "./labels.js";
+import { PathCompletion } from "./complete.js";
+import { countLabel, meterText, oneLine } from "./labels.js";
 import { isLargePaste, Pastes } from "./paste.js";
 import { cursor, element, renderRow } from "./rows.js";
 import { compactionHint } from "./tail.js";
@@ -25,7 +34,9 @@ const HISTORY_LIMIT = 300;
 // How near the top of the list (in heights of the view) the next page is asked for, so
 // it is usually there before the user reaches the top.
 const EARLIER_SCREENS = 2;
-const PLACEHOLDER = "Ask Cairn, or /help";
+const PLACEHOLDER = "Ask Cairn, @path, !command, or /help";
+// AgentSession's modes, in Shift+Tab's order (cairn.agent.events.SESSION_MODES).
+const MODES = ["ask", "accept-edits", "bypass", "plan"];
 const READ_ONLY_PLACEHOLDER = "Read-only: another process is writing this session";
 
 export class Pane {
@@ -42,6 +53,12 @@ export class Pane {
     this.compacting = false;
     this.compactionText = "";
     this.permissions = [];
+    // The lines waiting for the turn to end ([{id, text}], the server's queue).
+    this.queue = [];
+    // The session's mode; null for a followed session (not this page's to change).
+    this.mode = null;
+    // The prompt a rewind is being confirmed for ({id, text}), until the server's points come.
+    this.rewinding = null;
     this.transcript = new Transcript();
     // The large pastes in the prompt box, by their labels.
     this.pastes = new Pastes();
@@ -81,24 +98,60 @@ export class Pane {
     this.earlier.hidden = true;
     this.tail = element("div", "tail");
     this.scroller.append(this.tail);
+    // A prompt's "⋯": its menu, over the list.
+    this.scroller.addEventListener("click", (event) => {
+      const button = event.target.closest(".row-menu");
+      const key = button?.closest(".row")?.dataset.key;
+      if (key !== undefined) this.openMenu(key, button);
+    });
+    this.scroller.addEventListener("scroll", () => this.closeMenu());
+    this.menu = element("div", "row-actions");
+    this.menu.setAttribute("role", "menu");
+    this.menu.hidden = true;
+    const rewind = element("button", "rewind", "Rewind to here");
+    rewind.type = "button";
+    rewind.setAttribute("role", "menuitem");
+    rewind.addEventListener("click", () => this.askRewind());
+    this.menu.append(rewind);
+    this.menu.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") this.closeMenu();
+    });
+    this.queueList = element("div", "queue");
+    this.queueList.setAttribute("aria-label", "Queued prompts");
+    this.queueList.hidden = true;
     this.dialogs = element("div", "permissions");
+    this.confirmation = element("div", "confirmations");
 
     const composer = element("div", "composer");
     this.prompt = element("textarea", "prompt");
     this.prompt.rows = 2;
     this.prompt.placeholder = PLACEHOLDER;
     this.prompt.addEventListener("keydown", (event) => this.keydown(event));
+    this.completion = new PathCompletion(this.prompt, (prefix) =>
+      this.host.send({ type: "complete", pane: this.id, prefix }),
+    );
     this.prompt.addEventListener("input", () => {
       this.note("");
       // An emptied box starts over: the next paste is #1 again.
       if (this.prompt.value === "") this.pastes.clear();
+      this.completion.update();
     });
+    this.prompt.addEventListener("blur", () => this.completion.close());
     this.prompt.addEventListener("paste", (event) => this.paste(event));
     this.noteLine = element("div", "note");
+    this.modeSelect = element("select", "mode");
+    this.modeSelect.title = "Mode (ask, accept edits, bypass, plan)";
+    this.modeSelect.setAttribute("aria-label", "Mode");
+    for (const mode of MODES) this.modeSelect.append(new Option(mode, mode));
+    this.modeSelect.addEventListener("change", () =>
+      this.host.send({ type: "mode", pane: this.id, mode: this.modeSelect.value }),
+    );
     this.meter = element("div", "meter");
-    composer.append(this.prompt, this.noteLine, this.meter);
+    const status = element("div", "status-line");
+    status.append(this.modeSelect, this.meter);
+    composer.append(this.completion.el, this.prompt, this.noteLine, status);
 
-    this.el.append(head, this.scroller, this.dialogs, composer);
+    this.el.append(head, this.scroller, this.menu, this.queueList, this.dialogs, this.confirmation, composer);
     this.el.addEventListener("pointerdown", () => this.host.focus(this));
     this.el.addEventListener("focusin", () => this.host.focus(this));
   }
@@ -129,6 +182,12 @@ export class Pane {
     this.compacting = false;
     this.compactionText = "";
     this.permissions = [];
+    this.queue = frame.queued ?? [];
+    this.mode = frame.mode ?? null;
+    this.rewinding = null;
+    this.confirmation.replaceChildren();
+    this.closeMenu();
+    this.completion.close();
     this.note("");
     this.list.reset();
     this.redraw();
@@ -200,7 +259,14 @@ export class Pane {
         this.prepared = event.state ?? null;
         break;
       case "usage":
+        // The meter's reading comes with the `state` frame the server sends right after.
         this.usage = { ...this.usage, ...withoutType(event) };
+        break;
+      case "queueChange":
+        this.queue = event.prompts ?? [];
+        break;
+      case "modeChange":
+        this.mode = event.mode;
         break;
       case "statusChange":
         this.status = event.status;
@@ -241,9 +307,41 @@ export class Pane {
     this.note(text);
   }
 
+  completions(frame) {
+    this.completion.answered(frame.prefix, frame.paths ?? []);
+  }
+
+  // The prompts of the session, for the rewind being confirmed (`points`).
+  points(frame) {
+    const asked = this.rewinding;
+    if (asked === null || frame.sessionId !== this.sessionId) return;
+    const point = (frame.points ?? []).find((p) => p.id === asked.id);
+    if (point === undefined) {
+      this.rewinding = null;
+      this.note("this message cannot be rewound to");
+      return;
+    }
+    this.confirmRewind(point);
+  }
+
+  // The pane shows the branch now (`opened` came first): the prompt is back in the box.
+  rewound(frame) {
+    this.prompt.value = frame.prompt ?? "";
+    this.pastes.clear();
+    this.prompt.focus();
+    const files = frame.files ?? {};
+    const lines = [`rewound: a new session from ${frame.from}, which stays as it was`];
+    if (files.restored?.length) lines.push(`restored: ${files.restored.join(", ")}`);
+    if (files.removed?.length) lines.push(`removed: ${files.removed.join(", ")}`);
+    if (files.notRestorable?.length) lines.push(`not restored: ${files.notRestorable.join("; ")}`);
+    if (files.bashCommands?.length) lines.push(`commands not undone: ${files.bashCommands.join("; ")}`);
+    this.notice(lines.join("\n"));
+  }
+
   // -- what the user does ----------------------------------------------------------------
 
   keydown(event) {
+    if (this.completion.keydown(event)) return;
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       this.submit();
@@ -285,6 +383,83 @@ export class Pane {
     this.host.send({ type: "cancel", pane: this.id });
   }
 
+  // Edit: the line back into the box (before what it holds) and out of the queue.
+  editQueued(item) {
+    const box = this.prompt;
+    box.value = box.value ? `${item.text}\n${box.value}` : item.text;
+    box.focus();
+    this.unqueue(item);
+  }
+
+  unqueue(item) {
+    this.host.send({ type: "unqueue", pane: this.id, id: item.id });
+  }
+
+  openMenu(key, button) {
+    const row = this.transcript.byKey.get(key);
+    if (row === undefined || !row.prompt) return;
+    this.menuFor = row;
+    const pane = this.el.getBoundingClientRect();
+    const at = button.getBoundingClientRect();
+    this.menu.style.top = `${at.bottom - pane.top + 2}px`;
+    this.menu.style.right = `${pane.right - at.right}px`;
+    this.menu.hidden = false;
+    this.menu.firstChild.focus();
+  }
+
+  closeMenu() {
+    this.menu.hidden = true;
+    this.menuFor = null;
+  }
+
+  // Rewind to here: which files changed after the prompt is the server's to say.
+  askRewind() {
+    const row = this.menuFor;
+    this.closeMenu();
+    if (!row) return;
+    this.rewinding = { id: row.key, text: row.text };
+    this.host.send({ type: "points", pane: this.id });
+  }
+
+  // The confirm step: the conversation only, or with the files when files changed after it.
+  confirmRewind(point) {
+    const dialog = element("div", "rewind-confirm");
+    dialog.setAttribute("role", "dialog");
+    dialog.dataset.point = point.id;
+    dialog.append(
+      element("div", "confirm-title", "Rewind to before this prompt?"),
+      element("div", "confirm-prompt", oneLine(point.text, 160)),
+    );
+    const changed = [...(point.changedFiles ?? []), ...(point.bashCommands ?? []).map((c) => `$ ${c}`)];
+    if (point.filesChanged) {
+      dialog.append(element("div", "confirm-files", `changed after it: ${changed.join(", ")}`));
+    }
+    const buttons = element("div", "confirm-buttons");
+    const choice = (className, label, action) => {
+      const button = element("button", className, label);
+      button.type = "button";
+      button.addEventListener("click", () => {
+        this.rewinding = null;
+        this.confirmation.replaceChildren();
+        action();
+      });
+      buttons.append(button);
+      return button;
+    };
+    const rewind = (restoreFiles) =>
+      this.host.send({ type: "rewind", pane: this.id, pointId: point.id, restoreFiles });
+    if (point.filesChanged) {
+      choice("conversation", "Conversation only", () => rewind(false));
+      choice("files", "Conversation and files", () => rewind(true));
+    } else {
+      choice("conversation", "Rewind", () => rewind(false));
+    }
+    choice("cancel", "Cancel", () => this.prompt.focus());
+    dialog.append(buttons);
+    this.confirmation.replaceChildren(dialog);
+    buttons.firstChild.focus();
+  }
+
   answer(request, decision) {
     this.host.send({ type: "answer", pane: this.id, permissionId: request.id, decision });
     this.permissions = this.permissions.filter((other) => other !== request);
@@ -322,6 +497,10 @@ export class Pane {
     this.drawTail();
     this.drawPermission();
     this.meter.textContent = meterText(this.usage, this.prepared);
+    this.drawQueue();
+    this.modeSelect.hidden = this.mode === null;
+    if (this.mode !== null) this.modeSelect.value = this.mode;
+    this.el.dataset.mode = this.mode ?? "";
     this.stop.hidden = !this.working;
     this.el.classList.toggle("busy", this.busy);
   }
@@ -337,6 +516,27 @@ export class Pane {
     if (now.join("\n") === wanted.join("\n")) return;
     this.tail.replaceChildren(...parts);
     this.list.schedule();
+  }
+
+  // The queued lines, under the list, each marked "queued", with Edit and Cancel.
+  drawQueue() {
+    const now = this.queue.map((item) => `${item.id}:${item.text}`).join("\n");
+    if (this.shownQueue === now) return;
+    this.shownQueue = now;
+    const items = this.queue.map((item) => {
+      const line = element("div", "queued");
+      line.dataset.queued = item.id;
+      const edit = element("button", "edit", "Edit");
+      edit.type = "button";
+      edit.addEventListener("click", () => this.editQueued(item));
+      const cancel = element("button", "cancel", "Cancel");
+      cancel.type = "button";
+      cancel.addEventListener("click", () => this.unqueue(item));
+      line.append(element("span", "queued-label", "queued"), element("span", "queued-text", item.text), edit, cancel);
+      return line;
+    });
+    this.queueList.replaceChildren(...items);
+    this.queueList.hidden = items.length === 0;
   }
 
   drawPermission() {

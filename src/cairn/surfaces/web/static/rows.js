@@ -33,15 +33,34 @@ function markdown(className, html, text) {
   return node;
 }
 
+// The "⋯" of a prompt the user typed: its menu (Rewind to here) is the pane's, which
+// listens on the list for it. Its glyph is drawn by the stylesheet, so the row's text
+// stays the message's.
+function promptMenu() {
+  const button = element("button", "row-menu");
+  button.type = "button";
+  button.title = "Rewind to here…";
+  button.setAttribute("aria-label", "Message actions");
+  button.setAttribute("aria-haspopup", "menu");
+  return button;
+}
+
 const RENDER = {
   user(row) {
-    if (!row.fold) return [element("div", "bubble", row.text)];
+    const menu = row.prompt ? [promptMenu()] : [];
+    if (!row.fold) return [element("div", "bubble", row.text), ...menu];
     // Folded: its first lines and the label; opened, the whole message.
     const summary = element("summary");
     summary.append(element("div", "fold-head", row.fold.head), element("span", "fold-label", row.fold.label));
     const bubble = element("div", "bubble folded");
     bubble.append(details(row, "fold", summary, element("div", "fold-body", row.text)));
-    return [bubble];
+    return [bubble, ...menu];
+  },
+  // A !command the user ran: the command and its output, as plain text.
+  shell(row) {
+    const block = element("div", row.ok === false ? "shell-block failed" : "shell-block");
+    block.append(element("pre", "shell-command", `!${row.command}`), element("pre", "shell-output", row.text));
+    return [block];
   },
   assistant(row) {
     const parts = [];

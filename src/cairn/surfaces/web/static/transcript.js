@@ -3,8 +3,9 @@
 // messages follow). Events are folded in here, and earlier pages of the history put
 // before every row; nothing here touches the DOM.
 //
-// A row is {key, kind, text, version, …}: kind is user | assistant | tool | notice |
-// error | compact. `version` grows with every change so the list redraws a row once.
+// A row is {key, kind, text, version, …}: kind is user | shell | assistant | tool |
+// notice | error | compact (shell: a !command and its output; a user row's `prompt`
+// says the user typed it, so it can be rewound to). `version` grows with every change so the list redraws a row once.
 // An answer or a compact block may carry `html`, its text as the server rendered and
 // sanitized it (markdown); a long user message carries `fold` ({label, head}), how the
 // server's paste rule folds it. The page works out neither itself.
@@ -79,8 +80,14 @@ export class Transcript {
       return;
     }
     if (message.role === "assistant") this.assistant(message, text);
-    else if (message.role === "user" && !this.has(message.id)) {
-      this.append({ key: message.id, kind: "user", text, fold: message.fold ?? null, open: false });
+    else if (message.role === "user" && message.shell && !this.has(message.id)) {
+      // A !command's message: the server split it into command and output.
+      const { command, output, ok } = message.shell;
+      this.append({ key: message.id, kind: "shell", command, text: output, ok });
+    } else if (message.role === "user" && !this.has(message.id)) {
+      // A prompt the user typed (not one the host wrote) can be rewound to.
+      const prompt = !meta.synthetic;
+      this.append({ key: message.id, kind: "user", text, fold: message.fold ?? null, open: false, prompt });
     }
     for (const call of message.tool_calls ?? message.toolCalls ?? []) this.toolStarted(call);
   }
