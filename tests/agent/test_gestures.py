@@ -359,3 +359,28 @@ def test_a_mentioned_file_is_restored_after_a_compaction_like_a_read(
     assert outcome.compaction is not None, outcome.text
     restored = [m for m in context if m.meta.kind == "restoration" and "RULES.md" in m.text]
     assert restored and "Rule 7: never push on Fridays." in restored[0].text
+
+
+def test_lines_queued_during_a_command_go_when_it_ends_and_a_queued_command_says_its_result(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    openai_server.respond_with(lambda body: Reply(text="Fine."))
+    rt = runtime(tmp_path, openai_server, mode="bypass")
+    agent = AgentSession.new(rt)
+    seen: list[Event] = []
+    rt.current.events.on(seen.append)
+
+    async def scenario() -> Any:
+        running = asyncio.create_task(agent.send("!sleep 0.2; echo slept"))
+        await _until(lambda: agent.busy)
+        await agent.send("/status")
+        await agent.send("and now?")
+        return await running
+
+    ran = asyncio.run(scenario())
+    rt.close()
+    assert ran.shell is not None and "slept" in ran.shell.output
+    assert agent.queued == ()
+    notices = [e.text for e in seen if isinstance(e, Notice)]
+    assert any("window" in n for n in notices)  # /status, said as a notice
+    assert contents(openai_server.bodies[-1])[-1] == "and now?"

@@ -20,9 +20,11 @@ from pathlib import Path
 from cairn.agent.commands import CommandOutcome, parse_command, run_command
 from cairn.agent.events import (
     SESSION_MODES,
+    ErrorEvent,
     Event,
     MessageAdded,
     ModeChange,
+    Notice,
     QueueChange,
     QueuedPrompt,
     SessionMode,
@@ -158,23 +160,18 @@ class AgentSession:
         self._working = True
         try:
             result = await self._turn(text, max_turns)
-            while not result.aborted and self._queue:
-                # The user's next line waited for this turn: it goes now, in order.
-                queued = self._queue.pop(0)
-                self._publish_queue()
-                sent = await self._send_now(queued.text, max_turns)
-                if sent.turn is not None:
-                    result = sent.turn
+            last = await self._drain(max_turns)
         finally:
             self._working = False
-        return result
+        return result if last is None else last
 
     async def send(self, text: str, *, max_turns: int = DEFAULT_MAX_TURNS) -> SendOutcome:
         """What a prompt box does with a line: a ``/command``, a ``!command`` or a prompt.
 
         While the session works the line is queued instead (``queued``) and
-        goes when the turn ends; a cancelled turn leaves the queue for the user
-        to edit (``take_queued``).
+        goes when the work ends — a turn, a command or a ``!command`` — in
+        order; a queued command's result comes as a ``notice`` (or ``error``)
+        event. A cancel leaves the queue for the user to edit (``take_queued``).
         """
         if self.busy:
             item = QueuedPrompt(new_id(), text)
@@ -184,10 +181,36 @@ class AgentSession:
         if parse_command(text) is not None or text.startswith("!"):
             self._working = True
             try:
-                return await self._send_now(text, max_turns)
+                # An earlier turn's cancel is spent: only one during this line stops the queue.
+                self._session.reset_abort()
+                outcome = await self._send_now(text, max_turns)
+                await self._drain(max_turns)
             finally:
                 self._working = False
+            return outcome
         return SendOutcome(turn=await self.prompt(text, max_turns=max_turns))
+
+    async def _drain(self, max_turns: int) -> TurnResult | None:
+        """Send the queued lines in order until none is left or the user cancels;
+        the last turn's result (``None``: no turn ran)."""
+        last: TurnResult | None = None
+        while self._queue and not self._session.abort_event.is_set():
+            queued = self._queue.pop(0)
+            self._publish_queue()
+            sent = await self._send_now(queued.text, max_turns)
+            if sent.turn is not None:
+                last = sent.turn
+            self._announce(sent)
+        return last
+
+    def _announce(self, sent: SendOutcome) -> None:
+        """What a queued line did that no event says (nobody awaits its outcome)."""
+        events = self._session.events
+        command, shell = sent.command, sent.shell
+        if command is not None and command.compaction is None:
+            events.publish(Notice(command.text) if command.ok else ErrorEvent(command.text))
+        if shell is not None and shell.ok is None:
+            events.publish(Notice(shell.output))
 
     async def _send_now(self, text: str, max_turns: int) -> SendOutcome:
         if parse_command(text) is not None:
