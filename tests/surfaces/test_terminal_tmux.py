@@ -126,6 +126,14 @@ def start_cairn(tmp_path: Path, server: OpenAIServer, workspace: Path, **env: st
     return Pane(tmp_path / "tmux.sock", command, workspace)
 
 
+def capture(name: str, screen: str) -> None:
+    """``CAIRN_CAPTURE_DIR=docs/terminal`` keeps the screen (the README shows them)."""
+    if captures := os.environ.get("CAIRN_CAPTURE_DIR"):
+        folder = Path(captures)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(_trimmed(screen), encoding="utf-8")
+
+
 def test_the_real_cairn_in_tmux_streams_compacts_with_the_tail_and_exits(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
@@ -161,12 +169,8 @@ def test_the_real_cairn_in_tmux_streams_compacts_with_the_tail_and_exits(
         # The conversation before the compaction is still on screen, above the block.
         assert after.index("END-TWO") < after.index("Conversation compacted")
 
-        # CAIRN_CAPTURE_DIR=docs/terminal keeps the two screens (the README shows them).
-        if captures := os.environ.get("CAIRN_CAPTURE_DIR"):
-            folder = Path(captures)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "compacting.txt").write_text(_trimmed(tail), encoding="utf-8")
-            (folder / "compacted.txt").write_text(_trimmed(after), encoding="utf-8")
+        capture("compacting.txt", tail)
+        capture("compacted.txt", after)
         pane.send("C-d")
         final = pane.wait_for("cairn exited")
         assert "cairn exited 0" in final
@@ -264,6 +268,7 @@ def test_a_large_paste_is_folded_the_answer_followed_and_the_exit_says_how_to_re
         # The list follows the end: the answer's last line shows, under the folded paste.
         screen = pane.wait_for(lambda s: "END-ANSWER" in s and meter(s) > 0)
         assert "PASTED line 2000" not in screen
+        capture("pasted.txt", screen)
         sent = [m["content"] for m in openai_server.bodies[0]["messages"] if m["role"] == "user"]
         assert sent == [f"Look at this: {pasted} thanks"]  # whole, its line breaks kept
         # Ctrl+Home goes up to the folded paste; Ctrl+End back to the end of the answer.
@@ -385,7 +390,7 @@ def test_a_line_queued_while_the_agent_works_esc_and_rewinding_in_the_real_termi
         pane.type("first question")
         pane.wait_for("⠋")  # the spinner: the answer streams and waits
         pane.type("second question")
-        pane.wait_for("queued › second question   (Esc edits)")
+        capture("queued.txt", pane.wait_for("queued › second question   (Esc edits)"))
         pane.send("Escape")
         screen = pane.wait_for(lambda s: "queued ›" not in s and "▊ second question" in s)
         assert "interrupted" not in screen  # taken back, not cancelled

@@ -842,6 +842,7 @@ def test_answers_and_summaries_render_as_markdown_with_highlighted_code(
     expect(link).to_have_attribute("target", "_blank")
     expect(link).to_have_attribute("rel", re.compile(r"\bnoopener\b"))
     expect(answer.locator("strong")).to_have_text("more")
+    screenshot(page, "markdown.png")
     # What the user typed is shown as typed, never as markdown.
     bubble = pane(page, "p1").locator(".row.user .bubble")
     expect(bubble).to_have_text("**how** do I fix 0 about calc.py")
@@ -970,6 +971,7 @@ def test_at_390_px_the_sidebar_folds_behind_a_toggle_and_the_chat_gets_the_width
     first = session_of(page, "p1")
     messages = pane(page, "p1").locator(".messages").bounding_box()
     assert messages is not None and messages["width"] >= 360, messages
+    screenshot(page, "narrow-390.png")
     sidebar, toggle = page.locator("#sidebar"), page.locator("#sidebar-toggle")
     expect(sidebar).to_be_hidden()
     expect(toggle).to_be_visible()

@@ -37,6 +37,7 @@ from web_browser import (  # noqa: F401  (the fixtures register themselves by im
     page_fixture,
     pane,
     rows,
+    screenshot,
     sent,
     session_of,
     submit,
@@ -154,6 +155,7 @@ def test_lines_sent_while_the_pane_works_are_queued_edited_cancelled_and_sent_af
     queued = pane(page, "p1").locator(".queue .queued")
     expect(queued.locator(".queued-text")).to_have_text(["second", "third"])
     expect(queued.locator(".queued-label")).to_have_text(["queued", "queued"])
+    screenshot(page, "queued.png")
     queued.nth(0).get_by_role("button", name="Edit").click()
     expect(box).to_have_value("second")
     expect(queued.locator(".queued-text")).to_have_text(["third"])
