@@ -149,9 +149,6 @@ class Pane:
     works: set[asyncio.Task[None]] = field(default_factory=set)
     #: The guard bit last sent to the page.
     shown_busy: bool | None = None
-    #: The user pressed Stop since the last line started: lines queued meanwhile stay
-    #: queued for the user to edit (as the core keeps them after a cancelled turn).
-    stopped: bool = False
 
     @property
     def busy(self) -> bool:
@@ -241,9 +238,7 @@ class Hub:
         elif kind == "prompt":
             self.prompt(pane_id, _text(frame, "text"))
         elif kind == "cancel":
-            pane = self._pane(pane_id)
-            pane.stopped = True
-            pane.agent.cancel()
+            self._pane(pane_id).agent.cancel()  # the queue stays (AgentSession.send)
         elif kind == "answer":
             decision = _text(frame, "decision")
             if decision not in PERMISSION_DECISIONS:
@@ -571,26 +566,17 @@ class Hub:
             self._sessions_changed(shown.agent.id)
 
     async def _send_line(self, pane: Pane, text: str) -> None:
-        if not pane.agent.busy:
-            pane.stopped = False  # a new line starts: a Stop before it is history
         try:
-            outcome = await pane.agent.send(text)
-            while True:
-                pane = self._shown(pane, outcome)
-                # The core sends the queue when a turn ends; a command or a !command
-                # that ran meanwhile ends no turn, so its queue goes from here, in order.
-                if outcome.turn is not None or outcome.queued is not None or pane.stopped:
-                    break
-                if pane.agent.busy or not pane.agent.queued:
-                    break
-                item = pane.agent.unqueue(pane.agent.queued[0].id)
-                if item is None:
-                    break
-                outcome = await pane.agent.send(item.text)
+            # The core sends what was queued meanwhile when this ends (a queued command's
+            # result comes as a notice event).
+            self._shown(pane, await pane.agent.send(text))
         except SessionBusyError as exc:
             self._refuse(pane.id, str(exc))
-        except TurnError:
-            pass  # its error event is in the pane already
+        except TurnError as exc:
+            # A turn's error event is in the pane already; a command's (a store that
+            # failed under /compact) has none.
+            if parse_command(text) is not None or text.startswith("!"):
+                self._send({"type": "error", "pane": pane.id, "text": f"{text.split()[0]}: {exc}"})
         except (CairnError, OSError) as exc:
             self._send({"type": "error", "pane": pane.id, "text": f"{type(exc).__name__}: {exc}"})
 
