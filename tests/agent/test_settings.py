@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +300,11 @@ def test_a_store_url_that_is_not_postgresql_names_the_key(workspace: Path, home:
     message = str(caught.value)
     assert "store.url" in message and "must be a PostgreSQL URL" in message
     assert str(user_file(home)) in message
+
+
+def test_reading_the_settings_does_not_load_the_postgresql_store() -> None:
+    """Issue 30: settings showed a database URL through the PostgreSQL store's module,
+    loading psycopg's store for every JSONL user; the masking lives with the selection."""
+    code = "import sys, cairn.agent.settings; print('cairn.store.postgres' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

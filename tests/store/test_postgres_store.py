@@ -64,10 +64,10 @@ from cairn.store.paths import normalize_workspace, session_path
 from cairn.store.postgres import (
     PostgresStoreFactory,
     PostgresTranscriptStore,
-    mask_url,
     task_key,
 )
 from cairn.store.records import encode_line, record_to_dict
+from cairn.store.selection import mask_url
 from conftest import chat_round, tool_round
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,

@@ -61,8 +61,8 @@ from cairn.messages import json_kind
 from cairn.provider.config import ModelEntry
 from cairn.provider.registry import ModelName, ModelOverride
 from cairn.store.paths import cairn_home
-from cairn.store.postgres import mask_url
 from cairn.store.records import Trigger
+from cairn.store.selection import mask_url
 
 HookEvent: TypeAlias = Literal["PreCompact", "PostCompact", "SessionStart"]
 HOOK_EVENTS: tuple[HookEvent, ...] = get_args(HookEvent)

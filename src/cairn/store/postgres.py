@@ -77,7 +77,6 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from cairn.store.base import (
     NotATranscriptError,
@@ -103,6 +102,7 @@ from cairn.store.records import (
     decode_line,
     encode_line,
 )
+from cairn.store.selection import mask_url
 from cairn.store.views import (
     ApiView,
     Resumption,
@@ -204,22 +204,6 @@ def _require_driver() -> None:
             "the PostgreSQL transcript store needs psycopg 3, which is not installed: "
             "install cairn[postgres] (pip install 'cairn[postgres]')"
         ) from None
-
-
-def mask_url(url: str) -> str:
-    """``url`` fit to show: its password replaced by ``***``, on one line."""
-    masked = re.sub(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", r"\1***", url)
-    if "://" in masked:
-        try:
-            parts = urlsplit(masked)
-        except ValueError:
-            parts = None
-        if parts is not None:
-            userinfo, at, hosts = parts.netloc.rpartition("@")
-            if at and ":" in userinfo:
-                user = userinfo.split(":", 1)[0]
-                masked = urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
-    return " ".join(masked.split())
 
 
 def _cause(exc: BaseException) -> str:

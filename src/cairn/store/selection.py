@@ -1,8 +1,11 @@
-"""Which transcript store sessions live in: JSONL files under the Cairn home, or PostgreSQL."""
+"""Which transcript store sessions live in: JSONL files under the Cairn home, or PostgreSQL,
+and how a store's URL is shown (its password masked)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from cairn.store.base import StoreFactory
 from cairn.store.jsonl import JsonlStoreFactory
@@ -21,3 +24,19 @@ def open_store_factory(
     from cairn.store.postgres import PostgresStoreFactory
 
     return PostgresStoreFactory(url, home, fsync_every_record=fsync_every_record)
+
+
+def mask_url(url: str) -> str:
+    """``url`` fit to show: its password replaced by ``***``, on one line."""
+    masked = re.sub(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", r"\1***", url)
+    if "://" in masked:
+        try:
+            parts = urlsplit(masked)
+        except ValueError:
+            parts = None
+        if parts is not None:
+            userinfo, at, hosts = parts.netloc.rpartition("@")
+            if at and ":" in userinfo:
+                user = userinfo.split(":", 1)[0]
+                masked = urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
+    return " ".join(masked.split())

@@ -23,8 +23,7 @@ from cairn.errors import CairnError
 from cairn.store import NotATranscriptError, StoreError, StoreFactory
 from cairn.store.jsonl import write_transcript
 from cairn.store.paths import normalize_workspace
-from cairn.store.postgres import mask_url
-from cairn.store.selection import open_store_factory
+from cairn.store.selection import mask_url, open_store_factory
 from cairn.store.transfer import (
     Moved,
     companion_dir,
