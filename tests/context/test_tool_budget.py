@@ -19,6 +19,7 @@ from cairn.context.tool_budget import (
     apply_tool_budget,
     tool_budget_for,
 )
+from cairn.durable import write_durably
 from cairn.messages import ImagePart, Message, MessageMeta, TextPart, assistant, tool_result, user
 
 MARKER = re.compile(r"\[… (\d+) characters omitted; the full output \((\d+) characters, .*? …\]")
@@ -317,9 +318,9 @@ def test_lone_surrogates_are_scrubbed_once_and_the_saved_output_is_utf8(tmp_path
 
 def test_write_durably_creates_nested_folders(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b" / "c.txt"
-    tb.write_durably(target, b"data")
+    write_durably(target, b"data")
     assert target.read_bytes() == b"data"
-    tb.write_durably(target, b"new")  # replaces atomically
+    write_durably(target, b"new")  # replaces atomically
     assert target.read_bytes() == b"new"
     assert sorted(p.name for p in target.parent.iterdir()) == ["c.txt"]
 

@@ -35,7 +35,7 @@ from pydantic import Field, StrictBool, StrictInt
 
 from cairn.codec import Codec
 from cairn.context.effects import ToolEffects, written_files
-from cairn.context.tool_budget import write_durably
+from cairn.durable import write_durably
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONValue, Message, MessageMeta
 from cairn.prompts import load_prompt
 from cairn.tokens import estimate_text_tokens

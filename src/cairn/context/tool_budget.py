@@ -19,16 +19,13 @@ that is accepted, since the budgets are a small share of the window.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cairn.durable import fsync_dir, write_all
+from cairn.durable import write_durably
 from cairn.errors import CairnError
 from cairn.messages import JSONValue, Message
 from cairn.tokens import TextKind, estimate_tokens
@@ -138,7 +135,7 @@ def apply_tool_budget(
         text = message.text
         # Check the marker fits before writing, so an impossible preview leaves no file.
         _room(text, limits[index], path)
-        write_durably(path, text.encode("utf-8", "surrogatepass"))
+        _save(path, text.encode("utf-8", "surrogatepass"))
         saved[index] = path
     for index, path in saved.items():
         message = results[index]
@@ -310,30 +307,11 @@ def _unique_path(directory: Path, stem: str) -> Path:
         number += 1
 
 
-def write_durably(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically and durably, creating directories as needed.
-
-    The data goes to a temporary file in the same directory, which is
-    ``fsync``ed and renamed over ``path``; then the directory is ``fsync``ed so
-    the rename survives a crash. Raises ``ToolBudgetError`` naming ``path``.
-    """
+def _save(path: Path, data: bytes) -> None:
+    """``write_durably``, its failure a ``ToolBudgetError`` naming ``path``."""
     try:
-        _make_dirs(path.parent)
-        fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_durably(path, data)
     except OSError as exc:
-        raise _save_error(path, exc) from exc
-    temp = Path(temp_name)
-    try:
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        temp.replace(path)  # os.replace: atomic on POSIX
-        fsync_dir(path.parent)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            temp.unlink()  # a no-op once renamed; the renamed file holds the full text
         raise _save_error(path, exc) from exc
 
 
@@ -342,18 +320,3 @@ def _save_error(path: Path, exc: OSError) -> ToolBudgetError:
     return ToolBudgetError(
         exc.errno or errno.EIO, f"could not save the full tool result ({reason})", str(path)
     )
-
-
-def _make_dirs(directory: Path) -> None:
-    """Create ``directory`` and its missing parents, ``fsync``ing each new one's parent."""
-    missing: list[Path] = []
-    current = directory
-    while not current.is_dir():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for new in reversed(missing):
-        # A name that exists but is not a directory makes ``mkdir`` raise, as it should.
-        new.mkdir(exist_ok=True)
-        fsync_dir(new.parent)

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from cairn.durable import fsync_dir, write_all
+from cairn.durable import fsync_dir, make_dirs, write_all
 from cairn.messages import Message
 from cairn.store.base import (
     NotATranscriptError,
@@ -394,7 +394,7 @@ def write_transcript(path: str | Path, records: Sequence[Record]) -> int:
     where = f"cannot write {path}"
     data = b"".join(_encode(record, where)[0] for record in records)
     try:
-        _make_dirs(path.parent)
+        make_dirs(path.parent)
         if path.exists():
             raise TranscriptWriteError(f"{where}: it already exists")
         os.close(_create_whole(path, data))
@@ -454,7 +454,7 @@ class JsonlTranscriptStore:
         path = Path(path)
         line, stored = _encode(header, f"cannot create {path}")
         try:
-            _make_dirs(path.parent)
+            make_dirs(path.parent)
             if path.exists():
                 raise TranscriptWriteError(
                     f"cannot create {path}: it already exists; open it to resume"
@@ -847,19 +847,6 @@ def _store_reason(exc: BaseException) -> str:
 
 
 _log = logging.getLogger("cairn.store")
-
-
-def _make_dirs(directory: Path) -> None:
-    """``mkdir -p``, fsyncing the parent of each folder it creates."""
-    missing: list[Path] = []
-    current = directory
-    while not current.exists() and current != current.parent:
-        missing.append(current)
-        current = current.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another process was quicker
-            folder.mkdir()
-        fsync_dir(folder.parent)
 
 
 def _create_whole(path: Path, line: bytes) -> int:
