@@ -19,8 +19,7 @@ gesture every surface shares: a prompt (its ``@path`` mentions attached by
 the core), a ``!command`` (shown as its block, live and on resume), or a
 ``/command``. While the agent works a prompt or ``!command`` is queued by the
 core: the queued lines show under the list, Esc takes them back into the box
-(a second Esc cancels), and they go when the turn ends — or, after a command
-or a compaction, which ends no turn, from here. Commands sent while the agent
+(a second Esc cancels), and the core sends them when the work ends. Commands sent while the agent
 works run at once, as they always did (queued, the core would drop what they
 say). The app keeps the commands that are about what it shows: ``/help``,
 ``/clear``, ``/resume`` and ``/fork`` (switching the session shown), the
@@ -186,9 +185,6 @@ class CairnApp(App[None]):
         self._exit_armed = False
         #: Esc presses in a row on an empty idle prompt (two open the rewind picker).
         self._idle_escapes = 0
-        #: The user cancelled since the last line started: lines queued meanwhile stay
-        #: queued for the user to edit (as the core keeps them after a cancelled turn).
-        self._stopped = False
         self._permissions: dict[str, PermissionScreen] = {}
 
     # -- layout ------------------------------------------------------------
@@ -654,14 +650,13 @@ class CairnApp(App[None]):
             self._refresh()
 
     async def _send(self, text: str) -> None:
-        """A prompt or a command through ``AgentSession.send``, then the queue."""
+        """A prompt or a command through ``AgentSession.send`` (which sends the queue after it)."""
         agent = self.agent
         self._line_starts(agent)
-        await self._reporting(self._send_then_queue(agent, text))
+        await self._reporting(self._send_then_show(agent, text))
 
     def _line_starts(self, agent: AgentSession) -> None:
         if not agent.busy:  # else the line is queued: the running turn's state stays
-            self._stopped = False  # a new line starts: a cancel before it is history
             self._errors_shown.clear()  # only this turn's error events can repeat its error
 
     async def _reporting(self, work: Awaitable[None]) -> None:
@@ -682,23 +677,11 @@ class CairnApp(App[None]):
             self.transcript.error(one_line(f"{type(exc).__name__}: {exc}", 500))
         self._refresh()
 
-    async def _send_then_queue(self, agent: AgentSession, text: str) -> None:
-        await self._then_queue(agent, await agent.send(text))
+    async def _send_then_show(self, agent: AgentSession, text: str) -> None:
+        self._show(await agent.send(text))
 
-    async def _then_queue(self, agent: AgentSession, outcome: SendOutcome) -> None:
-        """Show ``outcome``; then, if it ended no turn (a command, a ``!command``: the
-        core sends the queue only when a turn ends), send the queued lines in order —
-        unless the user cancelled, which leaves them to edit."""
-        while self._show(outcome) and not self._stopped and self.agent is agent:
-            if agent.busy or not agent.queued:
-                return
-            item = agent.unqueue(agent.queued[0].id)
-            if item is None:
-                return
-            outcome = await agent.send(item.text)
-
-    def _show(self, outcome: SendOutcome) -> bool:
-        """Show what ``send`` did that no event shows; True when the queue waits for us."""
+    def _show(self, outcome: SendOutcome) -> None:
+        """Show what ``send`` did that no event shows."""
         shell, command = outcome.shell, outcome.command
         if shell is not None and shell.ok is None:
             self.transcript.notice(shell.output)  # not run: no message shows it
@@ -707,7 +690,6 @@ class CairnApp(App[None]):
                 self._edit(command.prompt)
             elif command.compaction is None:  # a compaction shows as its block
                 (self.transcript.notice if command.ok else self.transcript.error)(command.text)
-        return shell is not None or command is not None
 
     async def _compact(self, instructions: str | None) -> None:
         agent = self.agent
@@ -721,7 +703,8 @@ class CairnApp(App[None]):
                 self.transcript.error(one_line(f"compaction failed: {exc}", 500))
                 self._refresh()
                 return
-            await self._reporting(self._then_queue(agent, sent))
+            self._show(sent)
+            self._refresh()
             return
         # The events worker may not have seen the block yet: ask the session itself.
         before = agent.usage.compactions
@@ -815,7 +798,6 @@ class CairnApp(App[None]):
 
     def _cancel(self) -> None:
         """Stop the response, or the compaction, at its next safe point (the session's cancel)."""
-        self._stopped = True
         self.agent.cancel()
         for screen in list(self._permissions.values()):
             screen.dismiss(None)  # the session answered them as cancelled
