@@ -27,16 +27,13 @@ from cairn.agent.events import (
 )
 from cairn.agent.tools.base import ToolContext
 from cairn.agent.tools.registry import ToolRegistry
-from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (
     CheckpointFailedError,
     CompactionCancelledError,
     ContextPipeline,
-    ContextWindowExceededError,
-    RequestTooLargeError,
 )
 from cairn.context.tracker import FixedContext
-from cairn.errors import CairnError
+from cairn.errors import CairnError, ContextError
 from cairn.messages import Message, MessageMeta, ToolCall, new_id, tool_result, user
 from cairn.provider import (
     ChatProvider,
@@ -260,16 +257,20 @@ def _close_open_round(session: LoopHost) -> None:
 
 
 async def _request(session: LoopHost) -> Message:
-    """One provider call with its pre-request check and, once, reactive recovery."""
+    """One provider call with its pre-request check and, once, reactive recovery.
+
+    Errors are handled by family: the user's cancel aborts; any other refusal
+    of the context pipeline (``ContextError``) or the provider
+    (``ProviderError``) becomes an error event and a failed turn, never sent.
+    """
     fixed = session.fixed_context()
     try:
         check = await session.pipeline.check_and_compact(fixed)
     except CompactionCancelledError:
         raise _AbortedError from None  # the user's cancel; the request is not sent
-    except RequestTooLargeError as exc:
+    except ContextError as exc:
         # Never sent: the user learns the sizes and what to do; the transcript is whole.
-        session.events.publish(ErrorEvent(str(exc), exc.code))
-        raise TurnError(str(exc), exc.code) from exc
+        raise _failed(session, exc, exc.code) from exc
     for warning in check.warnings:
         session.events.publish(Notice(warning))
     if session.abort_event.is_set():
@@ -284,16 +285,17 @@ async def _request(session: LoopHost) -> Message:
                 await session.pipeline.recover_from_context_limit(error, fixed)
             except CompactionCancelledError:
                 raise _AbortedError from None
-            except (ContextWindowExceededError, CompactionBlockedError) as exc:
-                session.events.publish(ErrorEvent(str(exc), "invalid_request"))
-                raise TurnError(str(exc), "invalid_request") from exc
-            except RequestTooLargeError as exc:
-                session.events.publish(ErrorEvent(str(exc), exc.code))
-                raise TurnError(str(exc), exc.code) from exc
+            except ContextError as exc:
+                raise _failed(session, exc, exc.code) from exc
         except ProviderError as error:
-            session.events.publish(ErrorEvent(str(error), error.code))
-            raise TurnError(str(error), error.code) from error
+            raise _failed(session, error, error.code) from error
     raise AssertionError("unreachable")
+
+
+def _failed(session: LoopHost, error: Exception, code: str) -> TurnError:
+    """Tell the user why the request was not sent or failed; the turn ends with it."""
+    session.events.publish(ErrorEvent(str(error), code))
+    return TurnError(str(error), code)
 
 
 async def _stream(session: LoopHost, fixed: FixedContext) -> Message:

@@ -40,7 +40,7 @@ from cairn.context.summarizer import (
     fallback_summary,
 )
 from cairn.context.tracker import FixedContext, TokenSnapshot
-from cairn.errors import CairnError
+from cairn.errors import ContextError
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     KIND_HANDOFF,
@@ -73,17 +73,23 @@ class CheckpointFailedError(StoreError):
     phase = "checkpoint"
 
 
-class CompactionFailedError(CairnError, RuntimeError):
+class CompactionFailedError(ContextError):
     """A manual compaction failed; an error block was written to the session."""
+
+    code = "compaction_failed"
 
 
 class NothingToCompactError(CompactionFailedError):
     """A manual compaction had nothing to gain (an empty conversation, a result that
     would not be smaller): a notice, nothing is written and the context is unchanged."""
 
+    code = "nothing_to_compact"
 
-class CompactionCancelledError(CairnError, RuntimeError):
+
+class CompactionCancelledError(ContextError):
     """A compaction was cancelled (``cancel_compaction``); nothing was written."""
+
+    code = "compaction_cancelled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias
 
-from cairn.errors import CairnError
+from cairn.errors import ContextError
 from cairn.messages import Message, MessageMeta
 from cairn.store.records import Trigger
 
@@ -28,8 +28,10 @@ KIND_SESSION_START = "session_start"
 MAX_REMINDER_CHARS = 10_000
 
 
-class CompactionBlockedError(CairnError, RuntimeError):
+class CompactionBlockedError(ContextError):
     """A PreCompact hook explicitly blocked the compaction (``{"decision": "block"}``)."""
+
+    code = "compaction_blocked"
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"compaction blocked by a PreCompact hook: {reason}")

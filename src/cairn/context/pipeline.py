@@ -66,7 +66,7 @@ from cairn.context.summarizer import (
 )
 from cairn.context.tool_budget import apply_tool_budget, tool_budget_for
 from cairn.context.tracker import ContextTokenTracker, FixedContext, TokenSnapshot
-from cairn.errors import CairnError
+from cairn.errors import ContextError
 from cairn.messages import (
     KIND_HANDOFF,
     JSONValue,
@@ -91,7 +91,7 @@ from cairn.store.records import (
 from cairn.tokens import message_counter
 
 
-class ContextWindowExceededError(CairnError, RuntimeError):
+class ContextWindowExceededError(ContextError):
     """The provider refused the request as too long and it cannot be recovered here.
 
     ``code`` is ``invalid_request``, as the provider's own error; the message is
@@ -101,7 +101,7 @@ class ContextWindowExceededError(CairnError, RuntimeError):
     code = "invalid_request"
 
 
-class RequestTooLargeError(CairnError, RuntimeError):
+class RequestTooLargeError(ContextError):
     """The next request would be over the input budget, compacted or not; it is not sent.
 
     Nothing is lost: the context stays as it was on disk and in memory. The

@@ -15,7 +15,7 @@ from typing import Protocol
 from cairn.context.effects import ToolEffects
 from cairn.context.fallback import plan_fallback
 from cairn.context.tracker import FixedContext
-from cairn.errors import CairnError
+from cairn.errors import ContextError
 from cairn.messages import Message
 from cairn.store.records import Strategy, Trigger
 from cairn.tokens import estimate_message_tokens
@@ -27,12 +27,14 @@ from cairn.tokens import estimate_message_tokens
 RESULT_SHARE = 0.9
 
 
-class SummarizerError(CairnError, RuntimeError):
+class SummarizerError(ContextError):
     """The summarizer produced no usable replacement; counts toward the breaker.
 
     ``elisions`` names what the failed fork requests left out of the main
     request, so that a fallback's record still names them.
     """
+
+    code = "summarizer_failed"
 
     def __init__(self, message: str, elisions: tuple[str, ...] = ()) -> None:
         super().__init__(message)
