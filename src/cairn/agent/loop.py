@@ -292,7 +292,7 @@ async def _request(session: LoopHost) -> Message:
     raise AssertionError("unreachable")
 
 
-def _failed(session: LoopHost, error: Exception, code: str) -> TurnError:
+def _failed(session: LoopHost, error: Exception, code: str | None) -> TurnError:
     """Tell the user why the request was not sent or failed; the turn ends with it."""
     session.events.publish(ErrorEvent(str(error), code))
     return TurnError(str(error), code)
