@@ -25,16 +25,16 @@ from cairn.agent.tools.base import (
 )
 from cairn.agent.tools.bash import Bash, BashOutput
 from cairn.agent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
-from cairn.agent.tools.paths import (
-    PathOutsideWorkspaceError,
-    display_path,
-    glob_regex,
-    resolve_in_workspace,
-)
+from cairn.agent.tools.globs import glob_regex
 from cairn.agent.tools.plan import EnterPlanMode, ExitPlanMode
 from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.search import Grep
 from cairn.agent.tools.todo import TodoWrite
+from cairn.agent.tools.workspace import (
+    PathOutsideWorkspaceError,
+    display_path,
+    resolve_in_workspace,
+)
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject, JSONValue, Message, ToolCall, assistant, tool_result
 from cairn.provider import ModelConfig, OpenAIProvider

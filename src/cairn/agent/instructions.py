@@ -3,7 +3,7 @@
 Read most general first — ``$CAIRN_HOME``, the workspace root, then each
 folder down to the working directory — so a more specific file comes later
 and wins. ``@path`` imports are expanded; every read goes through the
-descriptor walk of ``cairn.agent.tools.paths``, so a symlink never leads a
+descriptor walk of ``cairn.agent.sandbox``, so a symlink never leads a
 project's file (or the user's) out of the workspace (the Cairn folder): a
 cloned repository must not send ``~/.ssh`` to the provider. The files are one
 block of the system prompt — fixed context, never history — re-read only when
@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TypeAlias
 
-from cairn.agent.tools.paths import OutsideRootsError, Root, anchor, open_beneath
+from cairn.agent.sandbox import OutsideRootsError, Root, anchor, open_beneath
 
 #: The names read in each folder, in this order.
 INSTRUCTION_NAMES = ("AGENTS.md", "CLAUDE.md")

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn.agent.tools.paths import resolve_in_workspace
+from cairn.agent.tools.workspace import resolve_in_workspace
 from cairn.errors import CairnError
 
 __all__ = ["MAX_COMPLETIONS", "MAX_MENTIONS", "Mention", "complete_paths", "find_mentions"]

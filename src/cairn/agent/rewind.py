@@ -42,11 +42,12 @@ from pathlib import Path
 
 import orjson
 
+from cairn.agent.fd_io import read_all, write_at
 from cairn.agent.session import BRANCH_KEY, Session
 from cairn.agent.snapshots import SNAPSHOTS_DIR, FileSnapshots, Snapshot
 from cairn.agent.state import SessionState
 from cairn.agent.tools.base import ToolContext
-from cairn.agent.tools.paths import read_all, writable_slot, write_at
+from cairn.agent.tools.workspace import writable_slot
 from cairn.errors import CairnError
 from cairn.messages import JSONValue, Message
 from cairn.store import (

@@ -23,7 +23,7 @@ an unreadable file, no front matter, no description — is skipped and named in
 ``SkillCatalog.warnings``; discovery never raises.
 
 Skill folders and ``SKILL.md`` files are opened by descriptor, beneath the
-skills folders (``paths.open_beneath``), never by name: a skill folder or
+skills folders (``sandbox.open_beneath``), never by name: a skill folder or
 file that is a symlink is followed only when it leads inside one of the two
 skills folders. One that leads elsewhere — a cloned repository's
 ``.cairn/skills/x`` pointing at ``~/.ssh``, say — is skipped with a warning
@@ -44,7 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.agent.tools.paths import OutsideRootsError, Root, open_beneath, read_all
+from cairn.agent.fd_io import read_all
+from cairn.agent.sandbox import OutsideRootsError, Root, open_beneath
 from cairn.context.front_matter import split_front_matter
 from cairn.store.paths import cairn_home
 

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.agent.state import SessionState
+from cairn.agent.tools.args import bool_arg, number_arg, str_arg
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.files import error
 from cairn.agent.tools.host_io import HostTerminal, TerminalEnd, TerminalOutcome, host_problem
-from cairn.agent.tools.paths import bool_arg, number_arg, str_arg
 from cairn.context.effects import ToolEffect
 from cairn.context.restoration_source import BackgroundTask
 from cairn.messages import JSONObject

@@ -12,10 +12,10 @@ confinement, a missing file, a folder, a binary file give the same errors —
 and only then read or write the text through the host, at the path that walk
 verified; the host's failure is an error result like any other.
 
-Every tool works on descriptors from ``paths`` (``open_readable``,
-``writable_slot``, ``scan``): what it reads, lists or replaces is what the
-confined walk opened, so a folder swapped for a symlink meanwhile cannot
-lead it outside the workspace.
+Every tool works on descriptors from ``workspace`` (``open_readable``,
+``writable_slot``) and ``globs`` (``scan``): what it reads, lists or
+replaces is what the confined walk opened, so a folder swapped for a symlink
+meanwhile cannot lead it outside the workspace.
 """
 
 from __future__ import annotations
@@ -29,29 +29,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from cairn.agent.fd_io import in_thread, is_binary, read_all, write_at
+from cairn.agent.sandbox import Opened, Slot
 from cairn.agent.snapshots import PriorFile
+from cairn.agent.tools.args import bool_arg, int_arg, opt_str_arg, str_arg
 from cairn.agent.tools.base import ToolContext, ToolResult
+from cairn.agent.tools.globs import SKIPPED_DIRS, glob_depth, glob_regex, scan
 from cairn.agent.tools.host_io import host_problem
-from cairn.agent.tools.paths import (
-    SKIPPED_DIRS,
-    Opened,
-    Slot,
-    bool_arg,
-    display_path,
-    glob_depth,
-    glob_regex,
-    in_thread,
-    int_arg,
-    is_binary,
-    open_readable,
-    opt_str_arg,
-    read_all,
-    scan,
-    shown_path,
-    str_arg,
-    writable_slot,
-    write_at,
-)
+from cairn.agent.tools.workspace import display_path, open_readable, shown_path, writable_slot
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject
 

@@ -2,7 +2,7 @@
 
 While plan mode is on the registry refuses every writing tool except
 write_file / edit_file on the plan file, ``<session_dir>/plan.md`` — which
-lies outside the workspace and is allowed by name (``paths.is_plan_file``).
+lies outside the workspace and is allowed by name (``plan_file.is_plan_file``).
 Both tools only change the session's own state and the plan file, so their
 effect is ``read_only``: they stay callable in plan mode. The plan file is
 read and written through a descriptor of its folder, never through a
@@ -13,18 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cairn.agent.fd_io import read_all, write_at
+from cairn.agent.sandbox import SymlinkRefusedError
+from cairn.agent.tools.args import opt_str_arg
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.files import error
-from cairn.agent.tools.paths import (
-    SymlinkRefusedError,
-    open_plan,
-    opt_str_arg,
-    plan_file_path,
-    plan_root,
-    plan_slot,
-    read_all,
-    write_at,
-)
+from cairn.agent.tools.plan_file import open_plan, plan_file_path, plan_root, plan_slot
 from cairn.context.effects import ToolEffect
 from cairn.context.restoration_source import PlanState
 from cairn.context.restore import plan_mode_reminder

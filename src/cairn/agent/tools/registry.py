@@ -34,9 +34,9 @@ import orjson
 from cairn.agent.tools.base import PermissionRequest, Tool, ToolContext, ToolResult, tool_schema
 from cairn.agent.tools.bash import Bash, BashOutput
 from cairn.agent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
-from cairn.agent.tools.paths import is_plan_file, plan_file_path
 from cairn.agent.tools.permissions import is_allowed
 from cairn.agent.tools.plan import EnterPlanMode, ExitPlanMode
+from cairn.agent.tools.plan_file import is_plan_file, plan_file_path
 from cairn.agent.tools.search import Grep
 from cairn.agent.tools.todo import TodoWrite
 from cairn.context.effects import ToolEffect

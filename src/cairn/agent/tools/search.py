@@ -1,6 +1,6 @@
 """The grep tool: a Python regular expression over the workspace's text files.
 
-It walks like list_files, by descriptor (``paths.scan``), never into
+It walks like list_files, by descriptor (``globs.scan``), never into
 ``SKIPPED_DIRS``; it skips binary files, and files behind a symlink that
 leads outside the folder searched in — the workspace, or the session's
 folder. Every file is read through the descriptor the confined walk opened,
@@ -16,25 +16,13 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
+from cairn.agent.fd_io import in_thread, is_binary
+from cairn.agent.sandbox import OPEN_FLAGS, Opened, OutsideRootsError, open_beneath
+from cairn.agent.tools.args import bool_arg, opt_str_arg, str_arg
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.files import error, os_problem
-from cairn.agent.tools.paths import (
-    OPEN_FLAGS,
-    Entry,
-    Opened,
-    OutsideRootsError,
-    bool_arg,
-    display_path,
-    glob_regex,
-    in_thread,
-    is_binary,
-    open_beneath,
-    open_readable,
-    opt_str_arg,
-    scan,
-    shown_path,
-    str_arg,
-)
+from cairn.agent.tools.globs import Entry, glob_regex, scan
+from cairn.agent.tools.workspace import display_path, open_readable, shown_path
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject
 
