@@ -72,7 +72,7 @@ STANDARD_BASES = {
     "cairn.replay.plot.PlotUnavailableError": RuntimeError,
     "cairn.replay.session.SessionImportError": ValueError,
     "cairn.store.base.StoreError": RuntimeError,
-    "cairn.store.records.CheckpointError": ValueError,
+    "cairn.store.records.CheckpointFormatError": ValueError,
     "cairn.store.records.RecordFormatError": ValueError,
     "cairn.surfaces.replay.ReplayUsageError": ValueError,
     "cairn.tokens.TokenizerError": RuntimeError,

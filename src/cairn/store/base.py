@@ -106,7 +106,7 @@ class TranscriptStore(Protocol):
     def save_compaction(self, record: CompactionRecord) -> None:
         """Check the checkpoint limits, write it and fsync it before returning.
 
-        Raises ``CheckpointError`` (nothing written) or ``TranscriptWriteError``
+        Raises ``CheckpointFormatError`` (nothing written) or ``TranscriptWriteError``
         (nothing stays written). Only after a normal return may the caller
         replace its in-memory context.
         """

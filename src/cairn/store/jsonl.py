@@ -61,7 +61,7 @@ from cairn.store.paths import (
     session_path,
 )
 from cairn.store.records import (
-    CheckpointError,
+    CheckpointFormatError,
     CompactionRecord,
     Record,
     RecordFormatError,
@@ -241,7 +241,7 @@ def _valid_checkpoint(line: bytes) -> CompactionRecord | None:
         if not isinstance(record, CompactionRecord):
             return None
         check_checkpoint(record)
-    except (RecordFormatError, CheckpointError):
+    except (RecordFormatError, CheckpointFormatError):
         return None  # reading forward from an earlier checkpoint ignores it too
     return record
 

@@ -93,7 +93,7 @@ from cairn.store.deletion import remove_artifacts
 from cairn.store.following import Waiting, check_follow
 from cairn.store.paths import check_session_id, normalize_workspace, session_path
 from cairn.store.records import (
-    CheckpointError,
+    CheckpointFormatError,
     CompactionRecord,
     Record,
     RecordFormatError,
@@ -398,7 +398,7 @@ def _trusted_checkpoint(line: bytes | None) -> CompactionRecord | None:
         if not isinstance(record, CompactionRecord):
             return None
         check_checkpoint(record)
-    except (RecordFormatError, CheckpointError):
+    except (RecordFormatError, CheckpointFormatError):
         return None
     return record if record.history is not None else None
 
@@ -406,7 +406,7 @@ def _trusted_checkpoint(line: bytes | None) -> CompactionRecord | None:
 def _is_trusted(record: CompactionRecord) -> bool:
     try:
         check_checkpoint(record)
-    except CheckpointError:
+    except CheckpointFormatError:
         return False
     return record.history is not None
 
