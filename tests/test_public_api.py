@@ -66,7 +66,7 @@ STANDARD_BASES = {
     "cairn.provider.config.ModelConfigError": ValueError,
     "cairn.provider.errors.ProviderError": RuntimeError,
     "cairn.provider.streaming.StreamReportedError": RuntimeError,
-    "cairn.provider.anthropic_wire.AnthropicStreamError": RuntimeError,
+    "cairn.provider.anthropic_stream.AnthropicStreamError": RuntimeError,
     "cairn.replay.fixed_context.FixedContextError": ValueError,
     "cairn.replay.importers._common.RecordError": ValueError,
     "cairn.replay.plot.PlotUnavailableError": RuntimeError,
