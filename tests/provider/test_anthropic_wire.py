@@ -25,20 +25,22 @@ from cairn.messages import (
     tool_result,
     user,
 )
-from cairn.provider.anthropic_wire import (
+from cairn.provider.anthropic_request import (
     EMPTY_TOOL_RESULT,
     EMPTY_USER_TEXT,
     MAX_CACHE_BREAKPOINTS,
-    AnthropicStream,
-    AnthropicStreamError,
     anthropic_body,
-    anthropic_error,
     anthropic_messages,
-    anthropic_usage,
     count_cache_breakpoints,
     place_cache_breakpoints,
     tool_input,
     tool_use_id,
+)
+from cairn.provider.anthropic_stream import (
+    AnthropicStream,
+    AnthropicStreamError,
+    anthropic_error,
+    anthropic_usage,
 )
 from cairn.provider.events import (
     ContentDelta,

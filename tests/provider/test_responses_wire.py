@@ -36,14 +36,16 @@ from cairn.provider.events import (
     UsageEvent,
 )
 from cairn.provider.request import ChatRequest, chat_request
-from cairn.provider.responses_wire import (
+from cairn.provider.responses_request import (
     ENCRYPTED_REASONING,
     TOOL_RESULT_IMAGE_PLACEHOLDER,
+    responses_body,
+    responses_input,
+)
+from cairn.provider.responses_stream import (
     ResponsesStream,
     ResponsesStreamError,
-    responses_body,
     responses_error,
-    responses_input,
     responses_usage,
 )
 

@@ -48,7 +48,7 @@ from cairn.messages import (
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import (
     MAX_JSON_DEPTH,
-    CheckpointError,
+    CheckpointFormatError,
     CompactionRecord,
     JsonlTranscriptStore,
     MessageRecord,
@@ -204,7 +204,7 @@ def test_cairn_inspect_reports_a_deep_checkpoint_without_a_traceback(tmp_path: P
 def test_check_checkpoint_refuses_deep_replacement_messages_with_a_checkpoint_error() -> None:
     kept = Message("user", "kept", meta=MessageMeta(extra={"d": nested(300)}))
     record = CompactionRecord("auto", "llm", 10, 5, "summary", (kept,))
-    with pytest.raises(CheckpointError, match="nest JSON more than"):
+    with pytest.raises(CheckpointFormatError, match="nest JSON more than"):
         check_checkpoint(record)
     assert api_view([record]).ignored_checkpoints == {record.id}
     assert ui_view([record]) == []

@@ -39,7 +39,7 @@ from cairn.messages import (
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import (
     MAX_REPLACEMENT_MESSAGES,
-    CheckpointError,
+    CheckpointFormatError,
     CompactionRecord,
     ContentEdit,
     ContextEditRecord,
@@ -559,10 +559,10 @@ def test_save_refuses_an_over_limit_checkpoint_and_writes_nothing(
     append_all(store, chat_round("task"))
     before = rows(postgres_url, "s1")
     too_many = [user(f"m{i}") for i in range(MAX_REPLACEMENT_MESSAGES + 1)]
-    with pytest.raises(CheckpointError, match="4097 replacement messages; the limit is 4096"):
+    with pytest.raises(CheckpointFormatError, match="4097 replacement messages; the limit is 4096"):
         store.save_compaction(compaction(too_many))
     head, _ = tool_round(1)
-    with pytest.raises(CheckpointError, match="split tool calls"):
+    with pytest.raises(CheckpointFormatError, match="split tool calls"):
         store.save_compaction(compaction([summary_message(), head]))
     assert rows(postgres_url, "s1") == before and pointer(postgres_url, "s1") is None
     assert [m.text for m in store.api_view.messages] == ["task"]

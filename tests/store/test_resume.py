@@ -47,7 +47,7 @@ from cairn.store import (
     ui_page,
     ui_view,
 )
-from cairn.store import jsonl as jsonl_module
+from cairn.store.jsonl import lines as jsonl_module
 from cairn.store.records import encode_record, record_to_dict
 
 texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)

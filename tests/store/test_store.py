@@ -28,7 +28,7 @@ from cairn.messages import (
 from cairn.store import (
     MAX_REPLACEMENT_BYTES,
     MAX_REPLACEMENT_MESSAGES,
-    CheckpointError,
+    CheckpointFormatError,
     CompactionRecord,
     ContentEdit,
     ContextEditRecord,
@@ -253,7 +253,7 @@ def test_save_refuses_4097_replacement_messages_and_writes_nothing(
     store: JsonlTranscriptStore,
 ) -> None:
     before = store.path.read_bytes()
-    with pytest.raises(CheckpointError, match="4097 replacement messages; the limit is 4096"):
+    with pytest.raises(CheckpointFormatError, match="4097 replacement messages; the limit is 4096"):
         store.save_compaction(compaction(many_messages(MAX_REPLACEMENT_MESSAGES + 1)))
     assert store.path.read_bytes() == before
     assert store.api_view.messages == []
@@ -268,7 +268,7 @@ def _payload_for(total_bytes: int) -> list[Message]:
 
 def test_save_accepts_16_mib_and_refuses_one_byte_more(store: JsonlTranscriptStore) -> None:
     store.save_compaction(compaction(_payload_for(MAX_REPLACEMENT_BYTES)))
-    with pytest.raises(CheckpointError, match="the limit is 16,777,216"):
+    with pytest.raises(CheckpointFormatError, match="the limit is 16,777,216"):
         store.save_compaction(compaction(_payload_for(MAX_REPLACEMENT_BYTES + 1)))
     assert read_transcript(store.path).api().valid_checkpoints == 1
 
@@ -277,9 +277,9 @@ def test_save_refuses_a_checkpoint_that_splits_a_tool_call(
     store: JsonlTranscriptStore,
 ) -> None:
     head, result = tool_round(1)
-    with pytest.raises(CheckpointError, match="split tool calls"):
+    with pytest.raises(CheckpointFormatError, match="split tool calls"):
         store.save_compaction(compaction([summary_message(), head]))
-    with pytest.raises(CheckpointError, match="split tool calls"):
+    with pytest.raises(CheckpointFormatError, match="split tool calls"):
         store.save_compaction(compaction([summary_message(), result]))
 
 

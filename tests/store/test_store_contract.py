@@ -38,7 +38,7 @@ from cairn.messages import (
 )
 from cairn.store import (
     MAX_REPLACEMENT_MESSAGES,
-    CheckpointError,
+    CheckpointFormatError,
     CompactionRecord,
     ContentEdit,
     ContextEditRecord,
@@ -214,7 +214,7 @@ class Session:
         for store in self.stores.values():
             try:
                 store.save_compaction(record)
-            except CheckpointError as exc:
+            except CheckpointFormatError as exc:
                 refused.append(str(exc))
         assert len(refused) in (0, len(self.stores)), refused  # both stores, or neither
         if not refused:

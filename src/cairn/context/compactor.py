@@ -51,7 +51,7 @@ from cairn.messages import (
 from cairn.provider.config import ModelConfig
 from cairn.store.base import StoreError, TranscriptStore, TranscriptWriteError
 from cairn.store.records import (
-    CheckpointError,
+    CheckpointFormatError,
     CompactionRecord,
     ErrorRecord,
     Strategy,
@@ -758,7 +758,7 @@ class Compactor:
         try:
             # Append + fsync; the store swaps its API view only after that.
             self._store.save_compaction(record)
-        except (CheckpointError, TranscriptWriteError) as exc:
+        except (CheckpointFormatError, TranscriptWriteError) as exc:
             raise CheckpointFailedError(f"compaction checkpoint not saved: {exc}") from exc
         self._host.checkpoint_committed()
         return record

@@ -77,7 +77,7 @@ from cairn.messages import (
 from cairn.provider.config import ModelConfig
 from cairn.provider.errors import ContextLimitError
 from cairn.store.base import StoreFactory, TranscriptStore, TranscriptWriteError
-from cairn.store.jsonl import JsonlStoreFactory
+from cairn.store.jsonl.factory import JsonlStoreFactory
 from cairn.store.paths import new_session_id, normalize_workspace
 from cairn.store.records import (
     ContentEdit,

@@ -1,7 +1,7 @@
 """The Anthropic Messages client (``model.api = "anthropic"``, DESIGN §9).
 
 ``AnthropicProvider`` turns a ``ChatRequest`` into a Messages request
-(``cairn.provider.anthropic_wire``: system and tools as Anthropic expects,
+(``cairn.provider.anthropic_request``: system and tools as Anthropic expects,
 tool calls and results as ``tool_use`` / ``tool_result`` blocks, thinking
 blocks sent back with their signatures, ``cache_control`` breakpoints so the
 next request and the compaction fork read this one's cache) and streams it
@@ -17,11 +17,8 @@ from typing import Any
 import anthropic
 from anthropic import AsyncAnthropic
 
-from cairn.provider.anthropic_wire import (
-    AnthropicStream,
-    anthropic_body,
-    anthropic_error,
-)
+from cairn.provider.anthropic_request import anthropic_body
+from cairn.provider.anthropic_stream import AnthropicStream, anthropic_error
 from cairn.provider.request import ChatRequest
 from cairn.provider.streaming import (
     SdkErrors,

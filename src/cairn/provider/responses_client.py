@@ -3,7 +3,7 @@
 Stateless: every request carries the whole input with ``store: false`` (so
 compaction and resume work exactly as with chat completions), reasoning
 items come back with their encrypted content and go out again verbatim
-(``cairn.provider.responses_wire``). Streams through the official ``openai``
+(``cairn.provider.responses_request``). Streams through the official ``openai``
 SDK; deadlines, retries and errors are ``cairn.provider.streaming``'s.
 """
 
@@ -16,10 +16,8 @@ from openai import AsyncOpenAI
 
 from cairn.provider.client import OpenAIClientBase
 from cairn.provider.request import ChatRequest
-from cairn.provider.responses_wire import (
-    ResponsesStream,
-    responses_body,
-)
+from cairn.provider.responses_request import responses_body
+from cairn.provider.responses_stream import ResponsesStream
 
 #: The model families that reason (o-series, GPT-5 but its chat snapshots, Codex): only
 #: these take ``include: ["reasoning.encrypted_content"]``; the others refuse it with

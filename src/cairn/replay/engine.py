@@ -57,7 +57,7 @@ from cairn.replay.prompt_cache import (
     openai_cache_read,
 )
 from cairn.replay.session import RecordedSession
-from cairn.store.jsonl import JsonlTranscriptStore
+from cairn.store.jsonl.writer import JsonlTranscriptStore
 from cairn.store.records import CompactionRecord, SessionRecord
 from cairn.tokens import get_tokenizer, message_counter
 
@@ -410,6 +410,6 @@ async def replay_sessions(
 
 def compaction_records(path: Path) -> list[CompactionRecord]:
     """The compaction records of a replayed transcript (to cross-check a report)."""
-    from cairn.store.jsonl import read_transcript
+    from cairn.store.jsonl.reader import read_transcript
 
     return [r for r in read_transcript(path).records if isinstance(r, CompactionRecord)]

@@ -51,7 +51,7 @@ def anthropic_breakpoints(messages: Sequence[Message]) -> tuple[int, ...]:
 
     The fixed context, the last message, and the message before the last
     assistant message (where the previous request ended) — as
-    ``cairn.provider.anthropic_wire`` places them.
+    ``cairn.provider.anthropic_request`` places them.
     """
     points = {0, len(messages)}
     for index in range(len(messages) - 1, -1, -1):

@@ -11,18 +11,15 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
-from cairn.store.jsonl import (
-    JsonlStoreFactory,
-    JsonlTranscriptStore,
-    describe_transcript,
-    read_transcript,
-)
+from cairn.store.jsonl.factory import JsonlStoreFactory
+from cairn.store.jsonl.reader import describe_transcript, read_transcript
+from cairn.store.jsonl.writer import JsonlTranscriptStore
 from cairn.store.paths import cairn_home, new_session_id, session_path, workspace_slug
 from cairn.store.records import (
     MAX_JSON_DEPTH,
     MAX_REPLACEMENT_BYTES,
     MAX_REPLACEMENT_MESSAGES,
-    CheckpointError,
+    CheckpointFormatError,
     CheckpointHistory,
     CompactionRecord,
     ContentEdit,
@@ -52,7 +49,7 @@ __all__ = [
     "MAX_REPLACEMENT_BYTES",
     "MAX_REPLACEMENT_MESSAGES",
     "ApiView",
-    "CheckpointError",
+    "CheckpointFormatError",
     "CheckpointHistory",
     "CompactionRecord",
     "ContentEdit",

@@ -1,21 +1,34 @@
-"""The transcript store interface and its errors.
+"""The transcript store interface, its errors, and what both stores' writers share.
 
 The pipeline talks to a ``TranscriptStore``; the append-only JSONL file is the
 embedded default, and a server-backed store can stand in without the
-pipeline noticing.
+pipeline noticing. ``TranscriptWriter`` holds the part of a writer the two
+stores have in common: the accessors, and how a record or a checkpoint is
+encoded and checked before the store commits it.
 """
 
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, Self
 
 from cairn.errors import CairnError
 from cairn.messages import Message
-from cairn.store.records import CompactionRecord, Record, SessionRecord
+from cairn.store.records import (
+    CheckpointFormatError,
+    CompactionRecord,
+    Record,
+    RecordFormatError,
+    SessionRecord,
+    check_checkpoint,
+    decode_line,
+    encode_line,
+)
 from cairn.store.views import ApiView, Resumption, SessionDigest, UiPage, api_view, ui_view
 
 
@@ -106,7 +119,7 @@ class TranscriptStore(Protocol):
     def save_compaction(self, record: CompactionRecord) -> None:
         """Check the checkpoint limits, write it and fsync it before returning.
 
-        Raises ``CheckpointError`` (nothing written) or ``TranscriptWriteError``
+        Raises ``CheckpointFormatError`` (nothing written) or ``TranscriptWriteError``
         (nothing stays written). Only after a normal return may the caller
         replace its in-memory context.
         """
@@ -250,3 +263,95 @@ class StoreFactory(Protocol):
     def close(self) -> None:
         """Release what the factory holds (connections); the stores it opened stay open."""
         ...
+
+
+def encode_for_writing(record: Record, where: str) -> tuple[bytes, Record]:
+    """The line to write and the record as a reload will see it (kept in memory).
+
+    A record that cannot be encoded is a ``TranscriptWriteError`` naming ``where``.
+    """
+    try:
+        return encode_line(record)
+    except RecordFormatError as exc:
+        raise TranscriptWriteError(f"{where}: record not written: {exc}") from None
+
+
+def valid_checkpoint(line: bytes) -> CompactionRecord | None:
+    """The checkpoint ``line`` holds if ``check_checkpoint`` accepts it; else ``None``."""
+    try:
+        record = decode_line(line)
+        if not isinstance(record, CompactionRecord):
+            return None
+        check_checkpoint(record)
+    except (RecordFormatError, CheckpointFormatError):
+        return None
+    return record
+
+
+class TranscriptWriter(ABC):
+    """What the JSONL and PostgreSQL writers share of ``TranscriptStore``.
+
+    A subclass sets ``_session_id``, ``_resumption`` and ``_warnings``, and
+    commits each encoded record in ``_commit``: durably, and into its
+    resumption, before it returns.
+    """
+
+    _session_id: str
+    _resumption: Resumption
+    _warnings: list[str]
+
+    @property
+    @abstractmethod
+    def path(self) -> Path:
+        """Where the session lives (``Transcript.path`` of what ``transcript()`` returns)."""
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def api_view(self) -> ApiView:
+        return self._resumption.api
+
+    @property
+    def resumption(self) -> Resumption:
+        return self._resumption
+
+    @property
+    def warnings(self) -> list[str]:
+        """What opening reported (bad lines, repairs, a checkpoint pointer that names no
+        checkpoint), and what went wrong while writing (a JSONL file replaced under it)."""
+        return list(self._warnings)
+
+    def append(self, record: Record) -> None:
+        line, stored = encode_for_writing(record, str(self.path))
+        self._commit(stored, line, checkpoint=False)
+
+    def save_compaction(self, record: CompactionRecord) -> None:
+        record = replace(record, history=self._resumption.history())
+        check_checkpoint(record)
+        line, stored = encode_for_writing(record, str(self.path))
+        self._commit(stored, line, checkpoint=True)
+
+    @abstractmethod
+    def _commit(self, record: Record, line: bytes, *, checkpoint: bool) -> None:
+        """Store ``line`` (``record`` encoded) and fold ``record`` into the resumption.
+
+        ``checkpoint``: a checkpoint ``save_compaction`` checked, to be made
+        durable before this returns. Raises ``TranscriptWriteError`` with
+        nothing stored and the resumption unchanged.
+        """
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -23,7 +23,7 @@ from cairn.messages import (
     message_to_dict,
 )
 from cairn.store.base import NotATranscriptError, Transcript
-from cairn.store.jsonl import read_transcript
+from cairn.store.jsonl.reader import read_transcript
 from cairn.store.records import (
     CompactionRecord,
     ContextEditRecord,

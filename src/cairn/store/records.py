@@ -22,7 +22,7 @@ import orjson
 from pydantic import StrictInt
 
 from cairn.codec import OMIT_EMPTY, OMIT_NONE, Codec, JSONDepthError, JSONKey
-from cairn.errors import CairnError
+from cairn.errors import FormatError
 from cairn.messages import (
     JSONObject,
     JSONValue,
@@ -52,12 +52,13 @@ TRIGGERS: frozenset[str] = frozenset({"auto", "manual", "reactive"})
 STRATEGIES: frozenset[str] = frozenset({"llm", "fallback"})
 
 
-class RecordFormatError(CairnError, ValueError):
+class RecordFormatError(FormatError):
     """A line of a transcript is not a valid record; the message says why."""
 
 
-class CheckpointError(CairnError, ValueError):
-    """A compaction checkpoint breaks a rule (size, count, version or pairing)."""
+class CheckpointFormatError(FormatError):
+    """This record may not be a compaction checkpoint: it breaks a rule (size, count,
+    version or pairing)."""
 
 
 def now_ts() -> str:
@@ -213,25 +214,26 @@ Record: TypeAlias = (
 
 
 def check_checkpoint(record: CompactionRecord) -> int:
-    """Raise ``CheckpointError`` if ``record`` may not be a checkpoint; return its size in bytes."""
+    """Raise ``CheckpointFormatError`` if ``record`` may not be a checkpoint; else its size
+    in bytes."""
     if record.version != CHECKPOINT_VERSION:
-        raise CheckpointError(
+        raise CheckpointFormatError(
             f"unsupported checkpoint version {record.version} (expected {CHECKPOINT_VERSION})"
         )
     count = len(record.replacement_messages)
     if count > MAX_REPLACEMENT_MESSAGES:
-        raise CheckpointError(
+        raise CheckpointFormatError(
             f"checkpoint has {count} replacement messages; the limit is {MAX_REPLACEMENT_MESSAGES}"
         )
     size = len(_replacement_bytes(record.replacement_messages))
     if size > MAX_REPLACEMENT_BYTES:
-        raise CheckpointError(
+        raise CheckpointFormatError(
             f"checkpoint replacement messages take {size:,} bytes; "
             f"the limit is {MAX_REPLACEMENT_BYTES:,} (16 MiB)"
         )
     orphans = find_orphans(record.replacement_messages)
     if orphans:
-        raise CheckpointError(
+        raise CheckpointFormatError(
             "checkpoint would split tool calls from their results "
             f"(calls without results: {list(orphans.calls)}, "
             f"results without calls: {list(orphans.results)})"
@@ -241,7 +243,7 @@ def check_checkpoint(record: CompactionRecord) -> int:
 
 def _replacement_bytes(messages: Sequence[Message]) -> bytes:
     """The replacement messages as they would be written (lone surrogates scrubbed)."""
-    too_deep = CheckpointError(
+    too_deep = CheckpointFormatError(
         f"checkpoint replacement messages nest JSON more than {MAX_JSON_DEPTH - 1} "
         f"levels deep (a record line may nest {MAX_JSON_DEPTH} in all)"
     )
@@ -250,7 +252,7 @@ def _replacement_bytes(messages: Sequence[Message]) -> bytes:
     except JSONDepthError:
         raise too_deep from None
     except MessageFormatError as exc:
-        raise CheckpointError(f"checkpoint replacement messages: {exc}") from None
+        raise CheckpointFormatError(f"checkpoint replacement messages: {exc}") from None
     try:
         return orjson.dumps(data)
     except orjson.JSONEncodeError:
@@ -261,7 +263,7 @@ def _replacement_bytes(messages: Sequence[Message]) -> bytes:
     try:
         return orjson.dumps(scrub_json(data))
     except orjson.JSONEncodeError as exc:
-        raise CheckpointError(
+        raise CheckpointFormatError(
             f"checkpoint replacement messages are not valid JSON ({exc})"
         ) from None
 

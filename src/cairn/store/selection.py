@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from cairn.store.base import StoreFactory
-from cairn.store.jsonl import JsonlStoreFactory
+from cairn.store.jsonl.factory import JsonlStoreFactory
 
 
 def open_store_factory(
@@ -21,7 +21,7 @@ def open_store_factory(
     """
     if url is None:
         return JsonlStoreFactory(home, fsync_every_record=fsync_every_record)
-    from cairn.store.postgres import PostgresStoreFactory
+    from cairn.store.postgres.factory import PostgresStoreFactory
 
     return PostgresStoreFactory(url, home, fsync_every_record=fsync_every_record)
 

@@ -30,7 +30,8 @@ from cairn.store.base import (
     TranscriptStore,
     TranscriptWriteError,
 )
-from cairn.store.jsonl import read_transcript, write_transcript
+from cairn.store.jsonl.files import write_transcript
+from cairn.store.jsonl.reader import read_transcript
 from cairn.store.paths import SUBAGENTS_DIR, TRANSCRIPT_SUFFIX, is_session_id
 from cairn.store.records import SessionRecord
 

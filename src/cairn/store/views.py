@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, JSONValue, Message, MessageMeta
 from cairn.store.records import (
-    CheckpointError,
+    CheckpointFormatError,
     CheckpointHistory,
     CompactionRecord,
     ContentEdit,
@@ -60,7 +60,7 @@ class ApiView:
             case CompactionRecord():
                 try:
                     check_checkpoint(record)
-                except CheckpointError as exc:
+                except CheckpointFormatError as exc:
                     # Never crash and never drop messages: keep the context built
                     # so far, which already holds every message since the last
                     # valid checkpoint.
@@ -337,6 +337,6 @@ def _is_valid(record: CompactionRecord, ignored: Collection[str] | None) -> bool
         return record.id not in ignored
     try:
         check_checkpoint(record)
-    except CheckpointError:
+    except CheckpointFormatError:
         return False
     return True

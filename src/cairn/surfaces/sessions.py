@@ -21,7 +21,7 @@ from typing import IO
 from cairn.agent.settings import SettingsError, load_settings
 from cairn.errors import CairnError
 from cairn.store import NotATranscriptError, StoreError, StoreFactory
-from cairn.store.jsonl import write_transcript
+from cairn.store.jsonl.files import write_transcript
 from cairn.store.paths import normalize_workspace
 from cairn.store.selection import mask_url, open_store_factory
 from cairn.store.transfer import (

@@ -26,7 +26,7 @@ from cairn.replay.importers._common import (
     short,
 )
 from cairn.replay.session import SessionImportError
-from cairn.store.jsonl import parse_transcript
+from cairn.store.jsonl.reader import parse_transcript
 from cairn.store.records import MessageRecord
 
 FORMAT = "cairn"
