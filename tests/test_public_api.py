@@ -245,7 +245,7 @@ def test_the_all_check_sees_a_missing_and_a_stale_name(tmp_path: Path) -> None:
 def test_import_cairn_gives_a_library_user_everything() -> None:
     assert set(cairn.__all__) >= LIBRARY_NAMES
     from cairn.agent.loop import run_turn
-    from cairn.agent.session import Runtime
+    from cairn.agent.runtime import Runtime
     from cairn.context import ContextPipeline
 
     assert cairn.Runtime is Runtime and cairn.run_turn is run_turn

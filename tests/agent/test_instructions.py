@@ -26,7 +26,7 @@ from cairn.agent.instructions import (
     with_instructions,
 )
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime, Session
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.cli import build_parser
 from cairn.context import CompactionConfig

@@ -29,10 +29,10 @@ from typing import Literal
 
 import pytest
 
-from cairn.agent.agent_session import AgentSession
 from cairn.agent.events import ErrorEvent, Event
+from cairn.agent.facade import AgentSession
 from cairn.agent.loop import StoreFailedError
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.provider import ChatRequest, ModelConfig
 from cairn.store import MessageRecord, read_transcript
 from cairn.store.paths import session_path

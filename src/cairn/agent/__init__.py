@@ -2,5 +2,5 @@
 
 This layer sits above ``cairn.context``: it implements the protocols the
 pipeline asks for (``CompactionHooks``, …) with real processes and files.
-Surfaces use ``AgentSession`` (``cairn.agent.agent_session``), the one facade.
+Surfaces use ``AgentSession`` (``cairn.agent.facade``), the one facade.
 """

@@ -26,7 +26,7 @@ import orjson
 from cairn.agent.commands import parse_command, run_command
 from cairn.agent.events import ErrorEvent, Event, Notice, PermissionRequested, event_to_wire
 from cairn.agent.loop import StoreFailedError, TurnError, run_turn, store_failure
-from cairn.agent.session import Runtime, Session
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.errors import CairnError

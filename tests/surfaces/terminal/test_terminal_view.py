@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 
-from cairn.agent.agent_session import SessionUsage
 from cairn.agent.commands import COMMANDS, HELP
 from cairn.agent.events import QueuedPrompt
+from cairn.agent.facade import SessionUsage
 from cairn.agent.shell import ShellOutcome, shell_message
 from cairn.messages import Message, MessageMeta, ToolCall, assistant, tool_result, user
 from cairn.surfaces.labels import compact_label

@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from cairn.agent.agent_session import SessionUsage
+from cairn.agent.facade import SessionUsage
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider

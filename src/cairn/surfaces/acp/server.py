@@ -66,10 +66,10 @@ from acp.schema import (
 )
 from acp.utils import normalize_result
 
-from cairn.agent.agent_session import AgentSession
 from cairn.agent.events import SESSION_MODES
 from cairn.agent.events import SessionMode as SessionModeId
-from cairn.agent.session import Runtime
+from cairn.agent.facade import AgentSession
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.errors import CairnError

@@ -42,7 +42,6 @@ from acp.schema import (
 from acp.schema import StopReason as AcpStopReason
 from pydantic import ValidationError
 
-from cairn.agent.agent_session import AgentSession, SessionBusyError
 from cairn.agent.commands import CommandOutcome, parse_command
 from cairn.agent.events import (
     CompactBlockAdded,
@@ -60,8 +59,9 @@ from cairn.agent.events import (
     ToolStarted,
     UsageUpdate,
 )
+from cairn.agent.facade import AgentSession, SessionBusyError
 from cairn.agent.loop import TurnError
-from cairn.agent.session import PERMISSION_OPTIONS, PermissionDecision, Runtime
+from cairn.agent.runtime import PERMISSION_OPTIONS, PermissionDecision, Runtime
 from cairn.errors import CairnError
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,

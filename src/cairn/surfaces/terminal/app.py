@@ -47,7 +47,6 @@ from textual.driver import Driver
 from textual.widgets import Static
 from textual.worker import Worker
 
-from cairn.agent.agent_session import AgentSession, SendOutcome, SessionBusyError
 from cairn.agent.commands import HELP
 from cairn.agent.events import (
     CompactBlockAdded,
@@ -69,9 +68,10 @@ from cairn.agent.events import (
     ToolStarted,
     UsageUpdate,
 )
+from cairn.agent.facade import AgentSession, SendOutcome, SessionBusyError
 from cairn.agent.loop import TurnError
 from cairn.agent.rewind import PromptPoint, RewindPointError
-from cairn.agent.session import PermissionDecision, Runtime
+from cairn.agent.runtime import PermissionDecision, Runtime
 from cairn.errors import CairnError
 from cairn.store import StoreError
 from cairn.surfaces.terminal.permission import PermissionScreen

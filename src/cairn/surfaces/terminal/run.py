@@ -19,8 +19,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cairn.agent.agent_session import AgentSession
-from cairn.agent.session import Runtime
+from cairn.agent.facade import AgentSession
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, open_provider

@@ -20,9 +20,9 @@ from typing import Literal, TypeAlias, TypeVar
 
 from rich.cells import cell_len, get_character_cell_size
 
-from cairn.agent.agent_session import SessionUsage
 from cairn.agent.commands import COMMANDS, HELP
 from cairn.agent.events import QueuedPrompt, SessionMode, SessionStatus
+from cairn.agent.facade import SessionUsage
 from cairn.agent.rewind import PromptPoint, RestoredFiles
 from cairn.agent.shell import ShellOutcome
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, Message, ToolCall

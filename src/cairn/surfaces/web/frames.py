@@ -26,7 +26,6 @@ which the prompt box folds a paste by.
 
 from __future__ import annotations
 
-from cairn.agent.agent_session import SessionUsage
 from cairn.agent.events import (
     CompactBlockAdded,
     Event,
@@ -35,6 +34,7 @@ from cairn.agent.events import (
     event_to_wire,
     message_to_wire,
 )
+from cairn.agent.facade import SessionUsage
 from cairn.agent.paste import (
     FOLDED_HEAD_LINES,
     PASTE_CHARS,

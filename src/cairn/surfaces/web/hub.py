@@ -47,7 +47,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.agent.agent_session import AgentSession, SendOutcome, SessionBusyError
 from cairn.agent.commands import HELP, parse_command
 from cairn.agent.events import (
     SESSION_MODES,
@@ -57,9 +56,10 @@ from cairn.agent.events import (
     StatusChange,
     UsageUpdate,
 )
+from cairn.agent.facade import AgentSession, SendOutcome, SessionBusyError
 from cairn.agent.loop import TurnError
 from cairn.agent.rewind import RestoredFiles, RewindPointError
-from cairn.agent.session import PERMISSION_DECISIONS, Runtime
+from cairn.agent.runtime import PERMISSION_DECISIONS, Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.errors import CairnError

@@ -39,7 +39,7 @@ from cairn.agent.rewind import (
     prompt_points,
     rewind_session,
 )
-from cairn.agent.session import PermissionDecision, Runtime, Session, SessionInfo
+from cairn.agent.runtime import PermissionDecision, Runtime, Session, SessionInfo
 from cairn.agent.shell import ShellOutcome, mode_reminder, shell_message
 from cairn.agent.tools.plan import plan_file_for
 from cairn.errors import CairnError
