@@ -37,7 +37,7 @@ from cairn.provider import ChatRequest, ModelConfig
 from cairn.store import MessageRecord, read_transcript
 from cairn.store.paths import session_path
 from cairn.store.postgres import PostgresStoreFactory
-from cairn.surfaces.print_mode import EXIT_STORE
+from cairn.surfaces.setup import EXIT_STORE
 from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
 from postgres_server import new_server
 from scripted_provider import Answer, ScriptedProvider

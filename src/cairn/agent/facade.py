@@ -147,6 +147,11 @@ class AgentSession:
 
     # -- driving ---------------------------------------------------------
 
+    async def start(self) -> None:
+        """Run the SessionStart hooks now (once per session; the first prompt runs them
+        otherwise), for a surface that listens (``on_event``) before anything is sent."""
+        await self._session.start()
+
     async def prompt(
         self, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
     ) -> TurnResult:
@@ -410,6 +415,11 @@ class AgentSession:
     @property
     def status(self) -> SessionStatus:
         return self._session.status
+
+    @property
+    def stored_id(self) -> str:
+        """The id the transcript is stored under now: a new one if its file was replaced."""
+        return self._session.pipeline.session_id
 
     @property
     def transcript_path(self) -> Path:

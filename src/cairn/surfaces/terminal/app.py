@@ -47,8 +47,9 @@ from textual.driver import Driver
 from textual.widgets import Static
 from textual.worker import Worker
 
-from cairn.agent.commands import HELP
-from cairn.agent.events import (
+from cairn.agent import (
+    HELP,
+    AgentSession,
     CompactBlockAdded,
     CompactionContentUpdate,
     CompactionStateChange,
@@ -58,20 +59,23 @@ from cairn.agent.events import (
     MessageUpdated,
     ModeChange,
     Notice,
+    PermissionDecision,
     PermissionRequested,
+    PromptPoint,
     QueueChange,
     QueuedPrompt,
+    RewindPointError,
+    Runtime,
+    SendOutcome,
+    SessionBusyError,
     SessionMode,
     StatusChange,
     SummaryPrepared,
     ToolFinished,
     ToolStarted,
+    TurnError,
     UsageUpdate,
 )
-from cairn.agent.facade import AgentSession, SendOutcome, SessionBusyError
-from cairn.agent.loop import TurnError
-from cairn.agent.rewind import PromptPoint, RewindPointError
-from cairn.agent.runtime import PermissionDecision, Runtime
 from cairn.errors import CairnError
 from cairn.store import StoreError
 from cairn.surfaces.terminal.permission import PermissionScreen

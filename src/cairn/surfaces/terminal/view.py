@@ -20,11 +20,17 @@ from typing import Literal, TypeAlias, TypeVar
 
 from rich.cells import cell_len, get_character_cell_size
 
-from cairn.agent.commands import COMMANDS, HELP
-from cairn.agent.events import QueuedPrompt, SessionMode, SessionStatus
-from cairn.agent.facade import SessionUsage
-from cairn.agent.rewind import PromptPoint, RestoredFiles
-from cairn.agent.shell import ShellOutcome
+from cairn.agent import (
+    COMMANDS,
+    HELP,
+    PromptPoint,
+    QueuedPrompt,
+    RestoredFiles,
+    SessionMode,
+    SessionStatus,
+    SessionUsage,
+    ShellOutcome,
+)
 from cairn.messages import KIND_COMPACT_SUMMARY, KIND_ERROR, Message, ToolCall
 from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import compaction_hint, stream_tail

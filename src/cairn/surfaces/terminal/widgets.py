@@ -35,7 +35,7 @@ from textual.message import Message as TextualMessage
 from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
-from cairn.agent.paste import FOLDED_HEAD_LINES, is_large_paste, paste_label
+from cairn.agent import FOLDED_HEAD_LINES, is_large_paste, paste_label
 from cairn.surfaces.terminal.view import (
     Entry,
     History,

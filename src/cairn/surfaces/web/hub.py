@@ -47,21 +47,26 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.agent.commands import HELP, parse_command
-from cairn.agent.events import (
+from cairn.agent import (
+    HELP,
+    PERMISSION_DECISIONS,
     SESSION_MODES,
+    AgentSession,
     CompactBlockAdded,
     Event,
     MessageAdded,
+    PermissionMode,
+    RestoredFiles,
+    RewindPointError,
+    Runtime,
+    SendOutcome,
+    SessionBusyError,
+    Settings,
     StatusChange,
+    TurnError,
     UsageUpdate,
+    parse_command,
 )
-from cairn.agent.facade import AgentSession, SendOutcome, SessionBusyError
-from cairn.agent.loop import TurnError
-from cairn.agent.rewind import RestoredFiles, RewindPointError
-from cairn.agent.runtime import PERMISSION_DECISIONS, Runtime
-from cairn.agent.settings import Settings
-from cairn.agent.tools.base import PermissionMode
 from cairn.errors import CairnError
 from cairn.messages import JSONObject, JSONValue
 from cairn.provider import ChatProvider, ModelConfig
