@@ -49,6 +49,8 @@ INTERNAL_EXCEPTIONS = {
 
 #: Each error's standard base, kept so handlers of that base still catch it.
 STANDARD_BASES = {
+    "cairn.agent.events.EventFormatError": ValueError,
+    "cairn.agent.facade.SessionBusyError": RuntimeError,
     "cairn.agent.loop.TurnError": RuntimeError,
     "cairn.agent.settings.SettingsError": ValueError,
     "cairn.agent.tools.paths.OutsideRootsError": ValueError,
@@ -75,6 +77,8 @@ STANDARD_BASES = {
     "cairn.store.records.CheckpointError": ValueError,
     "cairn.store.records.RecordFormatError": ValueError,
     "cairn.surfaces.replay.ReplayUsageError": ValueError,
+    "cairn.surfaces.setup.SetupError": ValueError,
+    "cairn.surfaces.web.page_frames.FrameError": ValueError,
     "cairn.tokens.TokenizerError": RuntimeError,
 }
 

@@ -17,167 +17,6 @@ so reading the settings (``cairn.agent.settings``) stays quick.
 import importlib as _importlib
 import typing as _typing
 
-if _typing.TYPE_CHECKING:
-    from cairn.agent.commands import (
-        COMMANDS,
-        HELP,
-        CommandOutcome,
-        parse_command,
-    )
-    from cairn.agent.events import (
-        SESSION_MODES,
-        CompactBlockAdded,
-        CompactionContentUpdate,
-        CompactionStateChange,
-        ErrorEvent,
-        Event,
-        MessageAdded,
-        MessageUpdated,
-        ModeChange,
-        Notice,
-        PermissionRequested,
-        QueueChange,
-        QueuedPrompt,
-        SessionMode,
-        SessionStatus,
-        StatusChange,
-        SummaryPrepared,
-        ToolFinished,
-        ToolStarted,
-        UsageUpdate,
-        event_to_wire,
-        message_to_wire,
-    )
-    from cairn.agent.facade import (
-        AgentSession,
-        MeterReading,
-        RewindOutcome,
-        SendOutcome,
-        SessionBusyError,
-        SessionUsage,
-    )
-    from cairn.agent.loop import (
-        StoreFailedError,
-        TurnError,
-        TurnResult,
-        store_failure,
-    )
-    from cairn.agent.paste import (
-        FOLDED_HEAD_LINES,
-        PASTE_CHARS,
-        PASTE_LINES,
-        is_large_paste,
-        paste_label,
-    )
-    from cairn.agent.rewind import (
-        PromptPoint,
-        RestoredFiles,
-        RewindPointError,
-    )
-    from cairn.agent.runtime import (
-        PERMISSION_DECISIONS,
-        PERMISSION_OPTIONS,
-        PermissionDecision,
-        Runtime,
-        Session,
-        SessionInfo,
-    )
-    from cairn.agent.settings import (
-        Settings,
-        SettingsError,
-        load_settings,
-    )
-    from cairn.agent.shell import (
-        ShellOutcome,
-    )
-    from cairn.agent.tools.base import (
-        PermissionMode,
-    )
-    from cairn.agent.tools.host_io import (
-        HostIOError,
-        TerminalEnd,
-        TerminalOutcome,
-    )
-
-#: The names loaded on first use, and the module each comes from.
-_LAZY: _typing.Final[dict[str, str]] = {
-    "COMMANDS": "cairn.agent.commands",
-    "HELP": "cairn.agent.commands",
-    "CommandOutcome": "cairn.agent.commands",
-    "parse_command": "cairn.agent.commands",
-    "SESSION_MODES": "cairn.agent.events",
-    "CompactBlockAdded": "cairn.agent.events",
-    "CompactionContentUpdate": "cairn.agent.events",
-    "CompactionStateChange": "cairn.agent.events",
-    "ErrorEvent": "cairn.agent.events",
-    "Event": "cairn.agent.events",
-    "MessageAdded": "cairn.agent.events",
-    "MessageUpdated": "cairn.agent.events",
-    "ModeChange": "cairn.agent.events",
-    "Notice": "cairn.agent.events",
-    "PermissionRequested": "cairn.agent.events",
-    "QueueChange": "cairn.agent.events",
-    "QueuedPrompt": "cairn.agent.events",
-    "SessionMode": "cairn.agent.events",
-    "SessionStatus": "cairn.agent.events",
-    "StatusChange": "cairn.agent.events",
-    "SummaryPrepared": "cairn.agent.events",
-    "ToolFinished": "cairn.agent.events",
-    "ToolStarted": "cairn.agent.events",
-    "UsageUpdate": "cairn.agent.events",
-    "event_to_wire": "cairn.agent.events",
-    "message_to_wire": "cairn.agent.events",
-    "AgentSession": "cairn.agent.facade",
-    "MeterReading": "cairn.agent.facade",
-    "RewindOutcome": "cairn.agent.facade",
-    "SendOutcome": "cairn.agent.facade",
-    "SessionBusyError": "cairn.agent.facade",
-    "SessionUsage": "cairn.agent.facade",
-    "StoreFailedError": "cairn.agent.loop",
-    "TurnError": "cairn.agent.loop",
-    "TurnResult": "cairn.agent.loop",
-    "store_failure": "cairn.agent.loop",
-    "FOLDED_HEAD_LINES": "cairn.agent.paste",
-    "PASTE_CHARS": "cairn.agent.paste",
-    "PASTE_LINES": "cairn.agent.paste",
-    "is_large_paste": "cairn.agent.paste",
-    "paste_label": "cairn.agent.paste",
-    "PromptPoint": "cairn.agent.rewind",
-    "RestoredFiles": "cairn.agent.rewind",
-    "RewindPointError": "cairn.agent.rewind",
-    "PERMISSION_DECISIONS": "cairn.agent.runtime",
-    "PERMISSION_OPTIONS": "cairn.agent.runtime",
-    "PermissionDecision": "cairn.agent.runtime",
-    "Runtime": "cairn.agent.runtime",
-    "Session": "cairn.agent.runtime",
-    "SessionInfo": "cairn.agent.runtime",
-    "Settings": "cairn.agent.settings",
-    "SettingsError": "cairn.agent.settings",
-    "load_settings": "cairn.agent.settings",
-    "ShellOutcome": "cairn.agent.shell",
-    "PermissionMode": "cairn.agent.tools.base",
-    "HostIOError": "cairn.agent.tools.host_io",
-    "TerminalEnd": "cairn.agent.tools.host_io",
-    "TerminalOutcome": "cairn.agent.tools.host_io",
-}
-
-
-# Hidden from type checkers, which see the imports above instead.
-if not _typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value: object = getattr(_importlib.import_module(module), name)
-        globals()[name] = value  # the next lookup is an ordinary attribute
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
-
 __all__ = [
     "COMMANDS",
     "FOLDED_HEAD_LINES",
@@ -238,3 +77,158 @@ __all__ = [
     "paste_label",
     "store_failure",
 ]
+
+if _typing.TYPE_CHECKING:
+    from cairn.agent.commands import (
+        COMMANDS,
+        HELP,
+        CommandOutcome,
+        parse_command,
+    )
+    from cairn.agent.events import (
+        SESSION_MODES,
+        CompactBlockAdded,
+        CompactionContentUpdate,
+        CompactionStateChange,
+        ErrorEvent,
+        Event,
+        MessageAdded,
+        MessageUpdated,
+        ModeChange,
+        Notice,
+        PermissionRequested,
+        QueueChange,
+        QueuedPrompt,
+        SessionMode,
+        SessionStatus,
+        StatusChange,
+        SummaryPrepared,
+        ToolFinished,
+        ToolStarted,
+        UsageUpdate,
+        event_to_wire,
+        message_to_wire,
+    )
+    from cairn.agent.facade import (
+        AgentSession,
+        MeterReading,
+        RewindOutcome,
+        SendOutcome,
+        SessionBusyError,
+        SessionUsage,
+    )
+    from cairn.agent.loop import (
+        StoreFailedError,
+        TurnError,
+        TurnResult,
+        store_failure,
+    )
+    from cairn.agent.paste import (
+        FOLDED_HEAD_LINES,
+        PASTE_CHARS,
+        PASTE_LINES,
+        is_large_paste,
+        paste_label,
+    )
+    from cairn.agent.permissions import (
+        PERMISSION_DECISIONS,
+        PERMISSION_OPTIONS,
+        PermissionDecision,
+    )
+    from cairn.agent.rewind import (
+        PromptPoint,
+        RestoredFiles,
+        RewindPointError,
+    )
+    from cairn.agent.runtime import (
+        Runtime,
+        Session,
+        SessionInfo,
+    )
+    from cairn.agent.settings import (
+        Settings,
+        SettingsError,
+        load_settings,
+    )
+    from cairn.agent.shell import (
+        ShellOutcome,
+    )
+    from cairn.agent.tools.base import (
+        PermissionMode,
+    )
+    from cairn.agent.tools.host_io import (
+        HostIOError,
+        TerminalEnd,
+        TerminalOutcome,
+    )
+
+#: The names loaded on first use, by the module each comes from.
+_EXPORTS: _typing.Final[dict[str, tuple[str, ...]]] = {
+    "cairn.agent.commands": ("COMMANDS", "HELP", "CommandOutcome", "parse_command"),
+    "cairn.agent.events": (
+        "SESSION_MODES",
+        "CompactBlockAdded",
+        "CompactionContentUpdate",
+        "CompactionStateChange",
+        "ErrorEvent",
+        "Event",
+        "MessageAdded",
+        "MessageUpdated",
+        "ModeChange",
+        "Notice",
+        "PermissionRequested",
+        "QueueChange",
+        "QueuedPrompt",
+        "SessionMode",
+        "SessionStatus",
+        "StatusChange",
+        "SummaryPrepared",
+        "ToolFinished",
+        "ToolStarted",
+        "UsageUpdate",
+        "event_to_wire",
+        "message_to_wire",
+    ),
+    "cairn.agent.facade": (
+        "AgentSession",
+        "MeterReading",
+        "RewindOutcome",
+        "SendOutcome",
+        "SessionBusyError",
+        "SessionUsage",
+    ),
+    "cairn.agent.loop": ("StoreFailedError", "TurnError", "TurnResult", "store_failure"),
+    "cairn.agent.paste": (
+        "FOLDED_HEAD_LINES",
+        "PASTE_CHARS",
+        "PASTE_LINES",
+        "is_large_paste",
+        "paste_label",
+    ),
+    "cairn.agent.rewind": ("PromptPoint", "RestoredFiles", "RewindPointError"),
+    "cairn.agent.permissions": ("PERMISSION_DECISIONS", "PERMISSION_OPTIONS", "PermissionDecision"),
+    "cairn.agent.runtime": ("Runtime", "Session", "SessionInfo"),
+    "cairn.agent.settings": ("Settings", "SettingsError", "load_settings"),
+    "cairn.agent.shell": ("ShellOutcome",),
+    "cairn.agent.tools.base": ("PermissionMode",),
+    "cairn.agent.tools.host_io": ("HostIOError", "TerminalEnd", "TerminalOutcome"),
+}
+_LAZY: _typing.Final[dict[str, str]] = {
+    name: module for module, names in _EXPORTS.items() for name in names
+}
+
+
+# Hidden from type checkers, which see the imports above instead.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value: object = getattr(_importlib.import_module(module), name)
+        globals()[name] = value  # the next lookup is an ordinary attribute
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

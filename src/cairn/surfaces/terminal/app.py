@@ -1,6 +1,8 @@
 """``CairnApp``: the terminal surface over one ``AgentSession`` (DESIGN §8, seed 004).
 
-The app owns its message list (``view.Transcript``): events from the
+Kept whole: one Textual ``App``; Textual finds its ``on_*``/``action_*`` handlers on the class.
+
+The app owns its message list (``transcript.Transcript``): events from the
 session are folded into it by one worker, and prompts and commands run as
 workers of their own, so the screen stays live while the agent works.
 After a compaction the old messages stay; the compact block is appended
@@ -80,14 +82,13 @@ from cairn.errors import CairnError
 from cairn.store import StoreError
 from cairn.surfaces.terminal.permission import PermissionScreen
 from cairn.surfaces.terminal.picker import RestoreChoice, RewindPicker, SessionPicker
+from cairn.surfaces.terminal.transcript import Transcript, earlier_messages, window
 from cairn.surfaces.terminal.view import (
     EARLIER_STEP,
     HISTORY_PAGE,
     Submission,
-    Transcript,
     classify,
     completion_hint,
-    earlier_messages,
     earlier_text,
     hint_text,
     mention_prefix,
@@ -98,7 +99,6 @@ from cairn.surfaces.terminal.view import (
     queued_text,
     refusal,
     rewound_text,
-    window,
 )
 from cairn.surfaces.terminal.widgets import MessageList, PromptInput
 

@@ -52,7 +52,7 @@ def run_web(args: WebArgs) -> int:
     try:
         import uvicorn
 
-        from cairn.surfaces.web.hub import WebSetup
+        from cairn.surfaces.web.panes import WebSetup
         from cairn.surfaces.web.server import create_app, new_token
     except ImportError as exc:
         return fail(MISSING.format(exc), EXIT_USAGE)
