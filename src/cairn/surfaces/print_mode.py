@@ -12,7 +12,7 @@ It drives an ``AgentSession`` as every surface does. Each session that
 becomes current (the first one, and one opened by ``/clear`` or ``/resume``)
 is subscribed before its SessionStart hooks run, so their notices are
 printed too. Nobody can answer a permission question here: the permission
-policy (``DenyAndExplain``) refuses each one and says why on stderr.
+policy (``DenyAndExplain``) refuses each one and says why in a notice.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 
 @dataclass(frozen=True, kw_only=True)
 class PrintArgs(SurfaceArgs):
+    #: The task (``None`` or ``-``: read it from stdin).
     prompt: str | None
     output_format: OutputFormat = "text"
     resume: str | None = None
