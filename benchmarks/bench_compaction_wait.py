@@ -57,7 +57,7 @@ from typing import Any
 from _markdown import update_section
 from cairn.agent.events import CompactionStateChange, Event, SummaryPrepared
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig
 from cairn.messages import Message

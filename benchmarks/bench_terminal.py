@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from cairn import AgentSession
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.messages import assistant, user
 from cairn.provider import ModelConfig, OpenAIProvider

@@ -43,7 +43,7 @@ from rich.table import Table
 
 from _markdown import update_section
 from bench_transcript import SEED, Generator
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import JsonlTranscriptStore, MessageRecord, SessionRecord
 from cairn.store.paths import new_session_id, session_path

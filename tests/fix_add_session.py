@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime, Session
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig
 from cairn.provider import ModelConfig, open_provider

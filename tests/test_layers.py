@@ -163,5 +163,5 @@ def test_the_session_and_the_task_tools_do_not_import_each_other() -> None:
     # Issue 13 item 2: the task tools imported the session module (under
     # TYPE_CHECKING) while the session imported the task tools.
     graph = import_graph()
-    session, task = "cairn.agent.session", "cairn.agent.tools.task"
+    session, task = "cairn.agent.runtime", "cairn.agent.tools.task"
     assert not (reaches(graph, session, task) and reaches(graph, task, session))

@@ -49,6 +49,8 @@ INTERNAL_EXCEPTIONS = {
 
 #: Each error's standard base, kept so handlers of that base still catch it.
 STANDARD_BASES = {
+    "cairn.agent.events.EventFormatError": ValueError,
+    "cairn.agent.facade.SessionBusyError": RuntimeError,
     "cairn.agent.loop.TurnError": RuntimeError,
     "cairn.agent.settings.SettingsError": ValueError,
     "cairn.agent.sandbox.OutsideRootsError": ValueError,
@@ -77,6 +79,8 @@ STANDARD_BASES = {
     "cairn.store.records.CheckpointFormatError": ValueError,
     "cairn.store.records.RecordFormatError": ValueError,
     "cairn.surfaces.replay.ReplayUsageError": ValueError,
+    "cairn.surfaces.setup.SetupError": ValueError,
+    "cairn.surfaces.web.page_frames.FrameError": ValueError,
     "cairn.tokens.TokenizerError": RuntimeError,
 }
 
@@ -247,7 +251,7 @@ def test_the_all_check_sees_a_missing_and_a_stale_name(tmp_path: Path) -> None:
 def test_import_cairn_gives_a_library_user_everything() -> None:
     assert set(cairn.__all__) >= LIBRARY_NAMES
     from cairn.agent.loop import run_turn
-    from cairn.agent.session import Runtime
+    from cairn.agent.runtime import Runtime
     from cairn.context import ContextPipeline
 
     assert cairn.Runtime is Runtime and cairn.run_turn is run_turn

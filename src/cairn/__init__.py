@@ -36,9 +36,9 @@ from cairn.store import JsonlTranscriptStore, StoreError, TranscriptStore, read_
 from cairn.tokens import Tokenizer, estimate_message_tokens, estimate_tokens, get_tokenizer
 
 if _typing.TYPE_CHECKING:
-    from cairn.agent.agent_session import AgentSession, SessionBusyError
+    from cairn.agent.facade import AgentSession, SessionBusyError
     from cairn.agent.loop import TurnError, run_turn
-    from cairn.agent.session import Runtime
+    from cairn.agent.runtime import Runtime
     from cairn.agent.settings import SettingsError
     from cairn.context import CompactionConfig, ContextPipeline, FixedContext
     from cairn.context.pipeline import CompactionFailedError, RequestTooLargeError
@@ -54,8 +54,8 @@ __version__ = "0.1.0"
 
 #: The names loaded on first use, and the module each comes from.
 _LAZY: _typing.Final[dict[str, str]] = {
-    "AgentSession": "cairn.agent.agent_session",
-    "SessionBusyError": "cairn.agent.agent_session",
+    "AgentSession": "cairn.agent.facade",
+    "SessionBusyError": "cairn.agent.facade",
     "CompactionConfig": "cairn.context",
     "CompactionFailedError": "cairn.context.pipeline",
     "ContextLimitError": "cairn.provider",
@@ -66,7 +66,7 @@ _LAZY: _typing.Final[dict[str, str]] = {
     "OpenAIProvider": "cairn.provider",
     "ProviderError": "cairn.provider",
     "RequestTooLargeError": "cairn.context.pipeline",
-    "Runtime": "cairn.agent.session",
+    "Runtime": "cairn.agent.runtime",
     "SettingsError": "cairn.agent.settings",
     "TurnError": "cairn.agent.loop",
     "run_turn": "cairn.agent.loop",

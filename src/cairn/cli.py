@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from cairn import __version__
 from cairn.wire_apis import WIRE_APIS
@@ -171,14 +171,8 @@ def _run_print(args: argparse.Namespace) -> int:
             prompt=args.prompt,
             output_format=args.output_format,
             resume=args.resume,
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-            permission_mode=args.permission_mode,
             max_turns=args.max_turns,
-            instructions=args.instructions,
-            workspace=Path.cwd(),
+            **_surface_flags(args),
         )
     )
 
@@ -190,15 +184,25 @@ def _run_terminal(args: argparse.Namespace) -> int:
         TerminalArgs(
             resume=args.resume,
             latest=args.latest,
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-            permission_mode=args.permission_mode,
-            instructions=args.instructions,
-            workspace=Path.cwd(),
+            **_surface_flags(args),
         )
     )
+
+
+#: The flags every surface takes (``cairn.surfaces.setup.SurfaceArgs``), workspace aside.
+SURFACE_FLAGS = (
+    "model",
+    "context_window",
+    "max_output_tokens",
+    "api",
+    "permission_mode",
+    "instructions",
+)
+
+
+def _surface_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags every surface takes, as its arguments' keywords; the workspace is here."""
+    return {name: getattr(args, name) for name in SURFACE_FLAGS} | {"workspace": Path.cwd()}
 
 
 def _add_model_flags(parser: argparse.ArgumentParser, permission_help: str) -> None:
@@ -294,17 +298,7 @@ def _add_acp(subparsers: Subparsers) -> None:
 def _run_acp(args: argparse.Namespace) -> int:
     from cairn.surfaces.acp import AcpArgs, run_acp
 
-    return run_acp(
-        AcpArgs(
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-            permission_mode=args.permission_mode,
-            instructions=args.instructions,
-            workspace=Path.cwd(),
-        )
-    )
+    return run_acp(AcpArgs(**_surface_flags(args)))
 
 
 def _add_web(subparsers: Subparsers) -> None:
@@ -335,13 +329,7 @@ def _run_web(args: argparse.Namespace) -> int:
         WebArgs(
             port=args.port,
             open_browser=args.open_browser,
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-            permission_mode=args.permission_mode,
-            instructions=args.instructions,
-            workspace=Path.cwd(),
+            **_surface_flags(args),
         )
     )
 

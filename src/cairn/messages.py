@@ -28,7 +28,7 @@ from cairn.codec import OMIT_EMPTY, OMIT_NONE, Codec, JSONKey, invalid, tag
 from cairn.codec import JSONObject as JSONObject  # re-exported: most modules name them from here
 from cairn.codec import JSONValue as JSONValue
 from cairn.codec import scrub as scrub  # the message model scrubs at construction
-from cairn.errors import CairnError
+from cairn.errors import FormatError
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
@@ -44,7 +44,7 @@ KIND_SKILL = "skill"
 KIND_ERROR = "error"
 
 
-class MessageFormatError(CairnError, ValueError):
+class MessageFormatError(FormatError):
     """A stored or received message does not have the shape Cairn expects."""
 
 

@@ -15,7 +15,7 @@ import pytest
 from cairn.agent.commands import parse_command, run_command
 from cairn.agent.events import CompactBlockAdded, Event, MessageAdded, Notice, StatusChange
 from cairn.agent.loop import INTERRUPTED, run_turn
-from cairn.agent.session import Runtime, Session
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.agent.tools.task import next_task_id
 from cairn.context import CompactionConfig

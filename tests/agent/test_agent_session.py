@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from cairn import AgentSession, SessionBusyError
-from cairn.agent.agent_session import MeterReading, SessionUsage
 from cairn.agent.events import (
     CompactionStateChange,
     Event,
@@ -20,7 +19,8 @@ from cairn.agent.events import (
     PermissionRequested,
     StatusChange,
 )
-from cairn.agent.session import Runtime
+from cairn.agent.facade import MeterReading, SessionUsage
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, read_transcript

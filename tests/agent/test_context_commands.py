@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from cairn.agent.commands import COMMANDS, HELP, run_command
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.context.breakdown import (
     CONVERSATION,

@@ -33,7 +33,7 @@ from cairn.agent.events import (
     event_to_wire,
 )
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.messages import ToolCall, assistant, tool_result, user
 from cairn.provider import ModelConfig, OpenAIProvider

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.tokens import get_tokenizer
 

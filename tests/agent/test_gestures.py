@@ -21,7 +21,7 @@ from cairn.agent.events import (
     QueueChange,
 )
 from cairn.agent.mentions import MAX_MENTIONS, complete_paths, find_mentions
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider

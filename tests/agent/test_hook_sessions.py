@@ -17,7 +17,7 @@ from test_hooks import ESCAPE, escaped_child, hooks_of, script, wait_gone
 from cairn.agent.commands import run_command
 from cairn.agent.events import Event, MessageAdded, Notice
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime, Session
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import HooksSettings, Settings
 from cairn.context import CompactionConfig
 from cairn.context.hooks import KIND_SESSION_START

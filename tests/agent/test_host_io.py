@@ -19,7 +19,7 @@ import pytest
 from test_tools import call, make_ctx, run
 
 import cairn.agent.tools.bash as bash_module
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.bash import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, Bash, BashOutput
 from cairn.agent.tools.files import EditFile, ReadFile, WriteFile

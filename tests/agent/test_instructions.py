@@ -26,14 +26,14 @@ from cairn.agent.instructions import (
     with_instructions,
 )
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime, Session
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.cli import build_parser
 from cairn.context import CompactionConfig
 from cairn.context.calibration import calibrated_tokens
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, read_transcript
-from cairn.surfaces.web.hub import WebSetup
+from cairn.surfaces.web.panes import WebSetup
 from cli_run import cairn_p
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,

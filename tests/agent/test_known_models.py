@@ -22,11 +22,11 @@ import pytest
 from cairn.agent.commands import run_command
 from cairn.agent.events import Event, Notice
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.provider import ModelConfig, OpenAIProvider, lookup, window_notice
 from cairn.provider.config import NO_WINDOW_NOTICE
 from cairn.store import CompactionRecord, read_transcript
-from cairn.surfaces.print_mode import load_cli_model
+from cairn.surfaces.setup import load_cli_model
 from cli_run import cairn_p
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,

@@ -28,7 +28,8 @@ from cairn.agent.events import Event, Notice, PermissionRequested
 from cairn.agent.loop import run_turn
 from cairn.agent.mcp.adapter import tool_name
 from cairn.agent.mcp.tool_search import MCP_SCHEMA_SHARE, TOOL_SEARCH
-from cairn.agent.session import PermissionDecision, Runtime, Session
+from cairn.agent.permissions import PermissionDecision
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings, SettingsError, load_settings
 from cairn.agent.tools.base import PermissionMode, tool_schema
 from cairn.agent.tools.permissions import is_allowed

@@ -10,7 +10,8 @@ import pytest
 
 from cairn.agent.events import Event, PermissionRequested
 from cairn.agent.loop import run_turn
-from cairn.agent.session import PermissionDecision, Runtime, Session
+from cairn.agent.permissions import PermissionDecision
+from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cli_run import cairn_p

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from cairn.agent.agent_session import AgentSession
 from cairn.agent.events import Event, SummaryPrepared
-from cairn.agent.session import Runtime
+from cairn.agent.facade import AgentSession
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, open_provider
 from cairn.store import CompactionRecord, read_transcript

@@ -16,7 +16,7 @@ import pytest
 from cairn import AgentSession, SessionBusyError
 from cairn.agent.events import SessionStatus
 from cairn.agent.rewind import RewindPointError
-from cairn.agent.session import BRANCH_KEY, Runtime
+from cairn.agent.runtime import BRANCH_KEY, Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.snapshots import SNAPSHOTS_DIR
 from cairn.messages import Message, ToolCall

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cairn.agent.events import Event, MessageUpdated, StatusChange, ToolFinished, ToolStarted
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.messages import find_orphans
 from cairn.provider import ContextLimitError, ModelConfig

@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.state import SessionState, Todo
 from cairn.agent.tools.base import (
     PermissionMode,

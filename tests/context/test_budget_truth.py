@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.context import (
     CompactionConfig,
     ContextPipeline,

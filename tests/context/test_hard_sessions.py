@@ -64,7 +64,7 @@ from hypothesis import strategies as st
 from cairn.agent.commands import CommandOutcome, run_command
 from cairn.agent.events import CompactBlockAdded, Event, Notice
 from cairn.agent.loop import TurnError, TurnResult, run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import HooksSettings, Settings
 from cairn.context import CompactionConfig
 from cairn.context.budget import ESTIMATE_MARGIN, output_reserve

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.context.budget import input_budget
 from cairn.provider import (
     ModelConfig,

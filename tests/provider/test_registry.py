@@ -42,7 +42,8 @@ from cairn.provider.registry import (
     known_models,
     parse_registry,
 )
-from cairn.surfaces.print_mode import PrintArgs, resolve_cli_model
+from cairn.surfaces.print_mode import PrintArgs
+from cairn.surfaces.setup import resolve_cli_model
 
 #: The environment variables a model resolution reads; cleared so the machine's don't leak in.
 MODEL_ENV = (

@@ -22,7 +22,8 @@ from cairn.messages import Usage
 from cairn.provider import ModelConfig, ModelConfigError, ModelEntry, resolve_with_env
 from cairn.provider.anthropic_client import sdk_base_url
 from cairn.provider.registry import TokenCounts, lookup, price
-from cairn.surfaces.print_mode import PrintArgs, resolve_cli_model
+from cairn.surfaces.print_mode import PrintArgs
+from cairn.surfaces.setup import resolve_cli_model
 from cairn.wire_apis import ANTHROPIC_DEFAULT_MAX_TOKENS
 from cli_run import cairn_p
 

@@ -27,9 +27,9 @@ from typing import Literal
 
 import pytest
 
-from cairn.agent.agent_session import AgentSession
 from cairn.agent.events import Event, Notice
-from cairn.agent.session import Runtime
+from cairn.agent.facade import AgentSession
+from cairn.agent.runtime import Runtime
 from cairn.messages import Message
 from cairn.provider import ChatRequest, ModelConfig
 from cairn.store import (

@@ -29,15 +29,15 @@ from typing import Literal
 
 import pytest
 
-from cairn.agent.agent_session import AgentSession
 from cairn.agent.events import ErrorEvent, Event
+from cairn.agent.facade import AgentSession
 from cairn.agent.loop import StoreFailedError
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.provider import ChatRequest, ModelConfig
 from cairn.store import MessageRecord, read_transcript
 from cairn.store.paths import session_path
 from cairn.store.postgres import PostgresStoreFactory
-from cairn.surfaces.print_mode import EXIT_STORE
+from cairn.surfaces.setup import EXIT_STORE
 from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
 from postgres_server import new_server
 from scripted_provider import Answer, ScriptedProvider

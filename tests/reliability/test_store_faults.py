@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from soak import count
 
 from cairn.agent.events import Notice
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.state import STATE_KEY, SessionState
 from cairn.messages import (
     ImagePart,

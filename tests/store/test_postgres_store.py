@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig, ContextPipeline
 from cairn.messages import (

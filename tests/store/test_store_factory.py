@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.agent.loop import run_turn
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig, ContextPipeline
 from cairn.messages import user

@@ -16,7 +16,7 @@ from cairn.agent.loop import StoreFailedError, store_failure
 from cairn.agent.mcp.report import mcp_report
 from cairn.agent.reports import context_report, cost_report, model_report
 from cairn.agent.rewind import PromptPoint, fork_session, prompt_points, rewind_session
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.context.budget import handoff_line, output_reserve
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (

@@ -34,7 +34,7 @@ from pydantic.alias_generators import to_camel
 
 from cairn.codec import Codec
 from cairn.context.events import PreparedState
-from cairn.errors import CairnError
+from cairn.errors import FormatError
 from cairn.messages import JSONObject, Message, StoredMessage, ToolCall
 
 SessionStatus: TypeAlias = Literal["idle", "streaming", "tools", "compacting"]
@@ -235,7 +235,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 _BY_WIRE: dict[str, type[Event]] = {t.WIRE: t for t in EVENT_TYPES}
 
 
-class EventFormatError(CairnError, ValueError):
+class EventFormatError(FormatError):
     """A wire event that is not one of ours, or has a field of the wrong shape."""
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from cairn.agent.mcp.tool_search import TOOL_SEARCH
-from cairn.agent.session import Session
+from cairn.agent.runtime import Session
 from cairn.agent.tools.permissions import MCP_PREFIX
 from cairn.context.breakdown import ContextBreakdown, breakdown, conversation_parts
 from cairn.context.budget import handoff_line

@@ -43,7 +43,7 @@ from pathlib import Path
 import orjson
 
 from cairn.agent.fd_io import read_all, write_at
-from cairn.agent.session import BRANCH_KEY, Session
+from cairn.agent.runtime import BRANCH_KEY, Session
 from cairn.agent.snapshots import SNAPSHOTS_DIR, FileSnapshots, Snapshot
 from cairn.agent.state import SessionState
 from cairn.agent.tools.base import ToolContext

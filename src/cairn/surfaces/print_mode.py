@@ -8,85 +8,79 @@ Streams by output format:
   ``cairn: notice: …`` / ``cairn: error: …`` (line breaks shown as ``\\n``);
 - ``stream-json``: every event, then the result, as JSON lines on stdout.
 
-Each session that becomes current (the first one, and one opened by
-``/clear`` or ``/resume``) is subscribed before its SessionStart hooks run,
-so their notices are printed too.
+It drives an ``AgentSession`` as every surface does. Each session that
+becomes current (the first one, and one opened by ``/clear`` or ``/resume``)
+is subscribed before its SessionStart hooks run, so their notices are
+printed too. Nobody can answer a permission question here: the permission
+policy (``DenyAndExplain``) refuses each one and says why in a notice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, TypeAlias
 
 import orjson
 
-from cairn.agent.commands import parse_command, run_command
-from cairn.agent.events import ErrorEvent, Event, Notice, PermissionRequested, event_to_wire
-from cairn.agent.loop import StoreFailedError, TurnError, run_turn, store_failure
-from cairn.agent.session import Runtime, Session
-from cairn.agent.settings import Settings, SettingsError, load_settings
-from cairn.agent.tools.base import PermissionMode
-from cairn.errors import CairnError
-from cairn.messages import JSONValue
-from cairn.provider import (
-    ModelConfig,
-    ModelConfigError,
-    ModelEntry,
-    open_provider,
-    resolve_with_env,
+from cairn.agent import (
+    AgentSession,
+    ErrorEvent,
+    Event,
+    Notice,
+    PermissionRequested,
+    Runtime,
+    Session,
+    Settings,
+    StoreFailedError,
+    TurnError,
+    event_to_wire,
+    parse_command,
+    store_failure,
 )
-from cairn.provider.config import MIN_CONTEXT_WINDOW
+from cairn.messages import JSONValue, user
+from cairn.provider import ModelConfig, open_provider
 from cairn.store import StoreError
-from cairn.wire_apis import WireAPI
+from cairn.surfaces.setup import (
+    EXIT_FAILED,
+    EXIT_STORE,
+    EXIT_USAGE,
+    SetupError,
+    SurfaceArgs,
+    fail,
+    load_cli_model,
+    one_line,
+    open_runtime,
+)
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-#: The transcript could not be written (disk full, I/O error, database lost): what was
-#: saved before is kept, and the one line on stderr says how to resume.
-EXIT_STORE = 3
 
 
-@dataclass(frozen=True)
-class PrintArgs:
+@dataclass(frozen=True, kw_only=True)
+class PrintArgs(SurfaceArgs):
+    #: The task (``None`` or ``-``: read it from stdin).
     prompt: str | None
     output_format: OutputFormat = "text"
     resume: str | None = None
-    model: str | None = None
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    #: ``--api``: the wire API (``cairn.wire_apis``).
-    api: WireAPI | None = None
-    permission_mode: PermissionMode = "accept-edits"
     max_turns: int = 50
-    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
-    instructions: bool = True
-    workspace: Path = Path()
 
 
 def run_print(args: PrintArgs) -> int:
     prompt = args.prompt
     if prompt is None or prompt == "-":
         if sys.stdin is None or sys.stdin.isatty():
-            return _fail("cairn -p: give a prompt, or pipe one on standard input", EXIT_USAGE)
+            return fail("cairn -p: give a prompt, or pipe one on standard input", EXIT_USAGE)
         prompt = sys.stdin.read()
     if not prompt.strip():
-        return _fail("cairn -p: the prompt is empty", EXIT_USAGE)
+        return fail("cairn -p: the prompt is empty", EXIT_USAGE)
     if args.max_turns < 1:
-        return _fail(f"cairn -p: --max-turns must be at least 1, got {args.max_turns}", EXIT_USAGE)
+        return fail(f"cairn -p: --max-turns must be at least 1, got {args.max_turns}", EXIT_USAGE)
     try:
-        settings, model = load_cli_model(
-            args.workspace,
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-        )
+        settings, model = load_cli_model(args.workspace, args)
     except SetupError as exc:
-        return _fail(f"cairn -p: {exc}", EXIT_USAGE)
+        return fail(f"cairn -p: {exc}", EXIT_USAGE)
     return asyncio.run(_run(args, prompt, settings_model=model, settings=settings))
 
 
@@ -94,39 +88,36 @@ async def _run(
     args: PrintArgs, prompt: str, *, settings_model: ModelConfig, settings: Settings
 ) -> int:
     async with open_provider(settings_model) as provider:
-        # Nobody can answer a permission question here: ``ask`` refuses instead.
-        runtime = Runtime(
-            args.workspace,
-            settings_model,
-            provider,
-            settings=settings,
-            permission_mode=args.permission_mode,
-            answers_permissions=True,
-            instructions=args.instructions,
-        )
+        runtime = open_runtime(args, settings_model, provider, settings)
         on_stderr = _StderrNotices()
         printer = _print_event if args.output_format == "stream-json" else on_stderr
+        policy = DenyAndExplain(args, printer)
 
         def subscribe(session: Session) -> None:
-            session.events.on(printer)
-            session.events.on(lambda event: _refuse_permission(session, event, args))
+            agent = AgentSession(runtime, session)
+            agent.on_event(printer)
+            agent.on_event(lambda event: policy(agent, event))
 
         runtime.on_switch(subscribe)
         try:
-            session = runtime.resume(args.resume) if args.resume else runtime.new_session()
+            agent = (
+                AgentSession.resume(runtime, args.resume)
+                if args.resume
+                else AgentSession.new(runtime)
+            )
         except LookupError as exc:
-            return _fail(f"cairn -p: {exc}", EXIT_USAGE)
+            return fail(f"cairn -p: {exc}", EXIT_USAGE)
         except StoreError as exc:
             # A transcript that cannot be opened (locked, not a transcript, damaged
             # beyond repair): one line, and the file is left as it is.
-            return _fail(f"cairn -p: {one_line(str(exc))}", EXIT_FAILED)
+            return fail(f"cairn -p: {one_line(str(exc))}", EXIT_FAILED)
         code = EXIT_FAILED
         try:
-            code = await _task(args, prompt, runtime, session, on_stderr)
+            code = await _task(args, prompt, runtime, agent, on_stderr)
         except StoreError as exc:
             # Outside a turn (opening a /clear session, its SessionStart context):
             # one line too, never a traceback.
-            code = _fail(f"cairn -p: {store_failure(exc, runtime.current_id())}", EXIT_STORE)
+            code = fail(f"cairn -p: {store_failure(exc, runtime.current_id())}", EXIT_STORE)
         finally:
             try:
                 runtime.close()
@@ -134,114 +125,65 @@ async def _run(
                 # The last fsync at close: the answer may be out, the session is not safe.
                 if code != EXIT_STORE:
                     text = store_failure(exc, runtime.current_id(), stopped="closing it failed")
-                    code = _fail(f"cairn -p: {text}", EXIT_STORE)
+                    code = fail(f"cairn -p: {text}", EXIT_STORE)
         return code
 
 
 async def _task(
-    args: PrintArgs, prompt: str, runtime: Runtime, session: Session, on_stderr: _StderrNotices
+    args: PrintArgs, prompt: str, runtime: Runtime, agent: AgentSession, on_stderr: _StderrNotices
 ) -> int:
     """The prompt or the command, run to its end: the exit code."""
-    await session.start()
-    command = parse_command(prompt)
-    if command is not None:
+    await agent.start()
+    if parse_command(prompt) is not None:
         try:
-            outcome = await run_command(runtime, *command)
+            outcome = await agent.command(prompt)
         except StoreFailedError as exc:
-            return _fail(f"cairn -p: {exc}", EXIT_STORE)
+            return fail(f"cairn -p: {exc}", EXIT_STORE)
         _emit(args, outcome.text, runtime.current.id, 0)
         return 0 if outcome.ok else EXIT_FAILED
     try:
-        result = await run_turn(session, prompt, max_turns=args.max_turns)
+        # The prompt as written: ``@path`` mentions are not attached here.
+        result = await agent.prompt(user(prompt), max_turns=args.max_turns)
     except TurnError as exc:
         code = EXIT_STORE if isinstance(exc, StoreFailedError) else EXIT_FAILED
         if str(exc) in on_stderr.errors:
             return code  # already on stderr as its error event
-        return _fail(f"cairn -p: {exc}", code)
+        return fail(f"cairn -p: {exc}", code)
     if result.max_turns_reached:
         stopped = (
             f"stopped after {result.requests} requests (--max-turns {args.max_turns}) "
-            f"before the task finished; continue with --resume {session.pipeline.session_id}"
+            f"before the task finished; continue with --resume {agent.stored_id}"
         )
-        _emit(args, result.text, session.pipeline.session_id, result.requests, error=stopped)
-        return _fail(f"cairn -p: {stopped}", EXIT_FAILED)
+        _emit(args, result.text, agent.stored_id, result.requests, error=stopped)
+        return fail(f"cairn -p: {stopped}", EXIT_FAILED)
     # Where the session is stored now: a new id if its file was replaced meanwhile.
-    _emit(args, result.text, session.pipeline.session_id, result.requests)
+    _emit(args, result.text, agent.stored_id, result.requests)
     return 0
 
 
-def _refuse_permission(session: Session, event: Event, args: PrintArgs) -> None:
-    """Nobody can be asked here: ``--permission-mode`` is the answer, and it said ask."""
-    if not isinstance(event, PermissionRequested):
-        return
-    session.answer(event.id, "reject")
-    session.events.publish(
-        Notice(
-            f"permission refused: {event.tool} ({event.summary}) needs permission in "
-            f"--permission-mode {args.permission_mode}; cairn -p cannot ask — use "
-            "accept-edits or bypass"
-        )
-    )
+class DenyAndExplain:
+    """The permission policy of ``cairn -p``: nobody can be asked, so every question is refused.
 
-
-#: What ``cairn`` says when neither settings, the environment nor a flag names a model.
-NO_MODEL = (
-    "no model configured: set CAIRN_MODEL (and OPENAI_BASE_URL, OPENAI_API_KEY), "
-    'or a "model" entry in settings.json'
-)
-
-
-class SetupError(CairnError, ValueError):
-    """The settings or the flags give no usable model: one line for stderr."""
-
-
-def load_cli_model(
-    workspace: Path,
-    *,
-    model: str | None = None,
-    context_window: int | None = None,
-    max_output_tokens: int | None = None,
-    api: WireAPI | None = None,
-) -> tuple[Settings, ModelConfig]:
-    """The settings and the model, resolved the same way by every command."""
-    try:
-        settings = load_settings(workspace)
-        resolved = resolve_cli_model(
-            settings,
-            PrintArgs(
-                prompt=None,
-                model=model,
-                context_window=context_window,
-                max_output_tokens=max_output_tokens,
-                api=api,
-            ),
-        )
-    except (SettingsError, ModelConfigError) as exc:
-        raise SetupError(str(exc)) from exc
-    if resolved is None:
-        raise SetupError(NO_MODEL)
-    return settings, resolved
-
-
-def resolve_cli_model(settings: Settings, args: PrintArgs) -> ModelConfig | None:
-    """Settings (user, then project), then the environment, then the flags: the last wins.
-
-    Beneath them, the model registry with the settings' ``models`` gives a known
-    model's window and image support (``resolve_model``).
+    ``--permission-mode`` is the answer, and it said ask: the call is rejected
+    (the model reads that it was denied) and the user reads why, in the
+    output's notice form, with the modes that would let it run.
     """
-    for flag, value, low in (
-        ("--context-window", args.context_window, MIN_CONTEXT_WINDOW),
-        ("--max-output-tokens", args.max_output_tokens, 1),
-    ):
-        if value is not None and value < low:
-            raise ModelConfigError(f"{flag} must be an integer ≥ {low:,}, got {value}")
-    flags = ModelEntry(
-        model=args.model or None,
-        context_window=args.context_window,
-        max_output_tokens=args.max_output_tokens,
-        api=args.api,
-    )
-    return resolve_with_env(settings.model, flags, models=settings.models)
+
+    def __init__(self, args: PrintArgs, show: Callable[[Event], None]) -> None:
+        self._mode = args.permission_mode
+        self._show = show
+
+    def __call__(self, agent: AgentSession, event: Event) -> None:
+        if not isinstance(event, PermissionRequested):
+            return
+        agent.answer(event.id, "reject")
+        self._show(
+            Notice(
+                f"permission refused: {event.tool} ({event.summary}) needs permission in "
+                f"--permission-mode {self._mode}; cairn -p cannot ask — use "
+                "accept-edits or bypass"
+            )
+        )
 
 
 def _emit(
@@ -283,16 +225,6 @@ def _stderr_line(kind: str, text: str) -> None:
     print(f"cairn: {kind}: {one_line(text)}", file=sys.stderr, flush=True)
 
 
-def one_line(text: str) -> str:
-    """``text`` on one line: trailing blanks trimmed, line breaks shown as ``\\n``."""
-    return "\\n".join(line.rstrip() for line in text.strip().splitlines())
-
-
 def _print_event(event: Event) -> None:
     sys.stdout.buffer.write(orjson.dumps(event_to_wire(event)) + b"\n")
     sys.stdout.flush()
-
-
-def _fail(message: str, code: int) -> int:
-    print(message, file=sys.stderr)
-    return code

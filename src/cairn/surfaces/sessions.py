@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from cairn.agent.settings import SettingsError, load_settings
+from cairn.agent import SettingsError, load_settings
 from cairn.errors import CairnError
 from cairn.store import NotATranscriptError, StoreError, StoreFactory
 from cairn.store.jsonl.files import write_transcript

@@ -18,7 +18,7 @@ from textual.pilot import Pilot
 from textual.widgets import Collapsible, Static
 
 from cairn import AgentSession
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider

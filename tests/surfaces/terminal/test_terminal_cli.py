@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cairn import AgentSession
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.terminal.run import TerminalArgs, open_session

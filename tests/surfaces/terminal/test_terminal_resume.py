@@ -12,7 +12,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from cairn import AgentSession
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.terminal import CairnApp

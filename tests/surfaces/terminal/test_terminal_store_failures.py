@@ -14,7 +14,7 @@ import pytest
 from textual.pilot import Pilot
 
 from cairn import AgentSession
-from cairn.agent.session import Runtime
+from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import read_transcript

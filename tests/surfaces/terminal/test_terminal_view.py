@@ -7,30 +7,28 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 
-from cairn.agent.agent_session import SessionUsage
 from cairn.agent.commands import COMMANDS, HELP
 from cairn.agent.events import QueuedPrompt
+from cairn.agent.facade import SessionUsage
 from cairn.agent.shell import ShellOutcome, shell_message
 from cairn.messages import Message, MessageMeta, ToolCall, assistant, tool_result, user
 from cairn.surfaces.labels import compact_label
 from cairn.surfaces.tail import compaction_hint, stream_tail
+from cairn.surfaces.terminal.transcript import Transcript, earlier_messages, more_label, window
 from cairn.surfaces.terminal.view import (
     CONTEXT_FULL,
     RESULT_CHARS,
     History,
     Submission,
-    Transcript,
     age_text,
     classify,
     complete,
     completion,
     completion_hint,
-    earlier_messages,
     earlier_text,
     hint_text,
     mention_prefix,
     meter_text,
-    more_label,
     one_line,
     path_completion,
     paths_hint,
@@ -39,7 +37,6 @@ from cairn.surfaces.terminal.view import (
     render_limit,
     session_line,
     visible,
-    window,
 )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from cairn.agent.agent_session import SessionUsage
+from cairn.agent.facade import SessionUsage
 from cairn.surfaces.web.frames import usage_json
 from long_session import LONG, write_long_session
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)

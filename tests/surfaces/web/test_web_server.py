@@ -16,13 +16,14 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from cairn.agent.agent_session import SessionUsage
+from cairn.agent.facade import SessionUsage
 from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.web import WebSetup, create_app
 from cairn.surfaces.web.frames import usage_json
-from cairn.surfaces.web.hub import HISTORY_LIMIT_MAX, HISTORY_PAGE
+from cairn.surfaces.web.hub import HISTORY_PAGE
+from cairn.surfaces.web.page_frames import HISTORY_LIMIT_MAX
 from long_session import LONG, write_long_session
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,

@@ -19,7 +19,7 @@ from acp.exceptions import RequestError
 from acp.schema import CreateTerminalResponse, ReadTextFileResponse, TerminalOutputResponse
 from pydantic import ValidationError
 
-from cairn.agent.tools.host_io import HostIOError, TerminalEnd, TerminalOutcome
+from cairn.agent import HostIOError, TerminalEnd, TerminalOutcome
 from cairn.messages import JSONObject, JSONValue
 from cairn.surfaces.acp.channel import Channel
 

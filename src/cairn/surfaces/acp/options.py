@@ -22,9 +22,7 @@ from typing import Final
 from acp.exceptions import RequestError
 from acp.schema import SessionConfigOptionSelect, SessionConfigSelectOption
 
-from cairn.agent.agent_session import AgentSession
-from cairn.agent.events import SESSION_MODES
-from cairn.agent.session import Runtime
+from cairn.agent import SESSION_MODES, AgentSession, Runtime
 from cairn.provider.config import MIN_CONTEXT_WINDOW
 
 INVALID_PARAMS: Final = -32602

@@ -17,32 +17,22 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from acp.connection import Connection
 from acp.stdio import stdio_streams
 
-from cairn.agent.tools.base import PermissionMode
+from cairn.agent import PermissionMode
 from cairn.provider import ModelConfig, open_provider
 from cairn.surfaces.acp.channel import Channel
 from cairn.surfaces.acp.requests import CANCEL_REQUEST, InFlight
 from cairn.surfaces.acp.server import AgentSetup, CairnAgent, agent_router
 from cairn.surfaces.acp.transport import READ_CHUNK_BYTES, GuardedTransport, RefusedNotifications
-from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
-from cairn.wire_apis import WireAPI
+from cairn.surfaces.setup import EXIT_USAGE, SetupError, SurfaceArgs, fail, load_cli_model
 
 
-@dataclass(frozen=True)
-class AcpArgs:
-    model: str | None = None
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    #: ``--api``: the wire API (``cairn.wire_apis``).
-    api: WireAPI | None = None
-    permission_mode: PermissionMode = "accept-edits"
-    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
-    instructions: bool = True
-    workspace: Path = Path()
+@dataclass(frozen=True, kw_only=True)
+class AcpArgs(SurfaceArgs):
+    """``cairn acp`` takes the flags every surface takes, no more."""
 
 
 def run_acp(args: AcpArgs) -> int:
@@ -50,16 +40,9 @@ def run_acp(args: AcpArgs) -> int:
         stream=sys.stderr, level=logging.WARNING, format="cairn acp: %(levelname)s %(message)s"
     )
     try:
-        _, model = load_cli_model(
-            args.workspace,
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-        )
+        _, model = load_cli_model(args.workspace, args)
     except SetupError as exc:
-        print(f"cairn acp: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(f"cairn acp: {exc}", EXIT_USAGE)
     _protect_stdout()
     asyncio.run(_serve_stdio(model, args.permission_mode, instructions=args.instructions))
     return 0

@@ -66,12 +66,16 @@ from acp.schema import (
 )
 from acp.utils import normalize_result
 
-from cairn.agent.agent_session import AgentSession
-from cairn.agent.events import SESSION_MODES
-from cairn.agent.events import SessionMode as SessionModeId
-from cairn.agent.session import Runtime
-from cairn.agent.settings import Settings, SettingsError, load_settings
-from cairn.agent.tools.base import PermissionMode
+from cairn.agent import (
+    SESSION_MODES,
+    AgentSession,
+    PermissionMode,
+    Runtime,
+    Settings,
+    SettingsError,
+    load_settings,
+)
+from cairn.agent import SessionMode as SessionModeId
 from cairn.errors import CairnError
 from cairn.messages import ContentPart, ImagePart, JSONObject, JSONValue, TextPart
 from cairn.provider import ChatProvider, ModelConfig

@@ -42,9 +42,10 @@ from acp.schema import (
 from acp.schema import StopReason as AcpStopReason
 from pydantic import ValidationError
 
-from cairn.agent.agent_session import AgentSession, SessionBusyError
-from cairn.agent.commands import CommandOutcome, parse_command
-from cairn.agent.events import (
+from cairn.agent import (
+    PERMISSION_OPTIONS,
+    AgentSession,
+    CommandOutcome,
     CompactBlockAdded,
     CompactionContentUpdate,
     CompactionStateChange,
@@ -54,14 +55,17 @@ from cairn.agent.events import (
     MessageUpdated,
     ModeChange,
     Notice,
+    PermissionDecision,
     PermissionRequested,
+    Runtime,
+    SessionBusyError,
     SummaryPrepared,
     ToolFinished,
     ToolStarted,
+    TurnError,
     UsageUpdate,
+    parse_command,
 )
-from cairn.agent.loop import TurnError
-from cairn.agent.session import PERMISSION_OPTIONS, PermissionDecision, Runtime
 from cairn.errors import CairnError
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,

@@ -1,6 +1,8 @@
 """``CairnApp``: the terminal surface over one ``AgentSession`` (DESIGN §8, seed 004).
 
-The app owns its message list (``view.Transcript``): events from the
+Kept whole: one Textual ``App``; Textual finds its ``on_*``/``action_*`` handlers on the class.
+
+The app owns its message list (``transcript.Transcript``): events from the
 session are folded into it by one worker, and prompts and commands run as
 workers of their own, so the screen stays live while the agent works.
 After a compaction the old messages stay; the compact block is appended
@@ -47,9 +49,9 @@ from textual.driver import Driver
 from textual.widgets import Static
 from textual.worker import Worker
 
-from cairn.agent.agent_session import AgentSession, SendOutcome, SessionBusyError
-from cairn.agent.commands import HELP
-from cairn.agent.events import (
+from cairn.agent import (
+    HELP,
+    AgentSession,
     CompactBlockAdded,
     CompactionContentUpdate,
     CompactionStateChange,
@@ -59,31 +61,34 @@ from cairn.agent.events import (
     MessageUpdated,
     ModeChange,
     Notice,
+    PermissionDecision,
     PermissionRequested,
+    PromptPoint,
     QueueChange,
     QueuedPrompt,
+    RewindPointError,
+    Runtime,
+    SendOutcome,
+    SessionBusyError,
     SessionMode,
     StatusChange,
     SummaryPrepared,
     ToolFinished,
     ToolStarted,
+    TurnError,
     UsageUpdate,
 )
-from cairn.agent.loop import TurnError
-from cairn.agent.rewind import PromptPoint, RewindPointError
-from cairn.agent.session import PermissionDecision, Runtime
 from cairn.errors import CairnError
 from cairn.store import StoreError
 from cairn.surfaces.terminal.permission import PermissionScreen
 from cairn.surfaces.terminal.picker import RestoreChoice, RewindPicker, SessionPicker
+from cairn.surfaces.terminal.transcript import Transcript, earlier_messages, window
 from cairn.surfaces.terminal.view import (
     EARLIER_STEP,
     HISTORY_PAGE,
     Submission,
-    Transcript,
     classify,
     completion_hint,
-    earlier_messages,
     earlier_text,
     hint_text,
     mention_prefix,
@@ -94,7 +99,6 @@ from cairn.surfaces.terminal.view import (
     queued_text,
     refusal,
     rewound_text,
-    window,
 )
 from cairn.surfaces.terminal.widgets import MessageList, PromptInput
 

@@ -18,8 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 from textual.widgets.button import ButtonVariant
 
-from cairn.agent.events import PermissionRequested
-from cairn.agent.session import PermissionDecision
+from cairn.agent import PermissionDecision, PermissionRequested
 from cairn.surfaces.terminal.view import one_line
 
 #: Button id → the decision it answers.

@@ -26,8 +26,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
-from cairn.agent.rewind import PromptPoint
-from cairn.agent.session import SessionInfo
+from cairn.agent import PromptPoint, SessionInfo
 from cairn.surfaces.terminal.view import point_line, session_line
 
 

@@ -1,11 +1,11 @@
 """``cairn`` with no arguments: build the runtime as ``cairn -p`` does, then open the app.
 
-The model is resolved by the same function ``cairn -p`` uses (settings, then
-the environment, then the flags), so both agree on every setting. Unlike
-``-p``, the app answers permission questions itself, so ``--permission-mode``
-only decides which calls ask. Setup failures are one line on stderr and an
-exit code, as with ``-p``: 2 for a usage or configuration error, 1 for a
-session that cannot be opened.
+The model is resolved by the same function ``cairn -p`` uses
+(``cairn.surfaces.setup``: settings, then the environment, then the flags),
+so both agree on every setting. Unlike ``-p``, the app answers permission
+questions itself, so ``--permission-mode`` only decides which calls ask.
+Setup failures are one line on stderr and an exit code, as with ``-p``: 2
+for a usage or configuration error, 1 for a session that cannot be opened.
 
 On the way out, once the app has left the alternate screen (so the line stays
 in the shell's scrollback), a session with at least one message is followed
@@ -17,72 +17,47 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from cairn.agent.agent_session import AgentSession
-from cairn.agent.session import Runtime
-from cairn.agent.settings import Settings
-from cairn.agent.tools.base import PermissionMode
+from cairn.agent import AgentSession, Runtime, Settings
 from cairn.provider import ModelConfig, open_provider
 from cairn.store import StoreError
-from cairn.surfaces.print_mode import (
+from cairn.surfaces.setup import (
     EXIT_FAILED,
     EXIT_USAGE,
     SetupError,
+    SurfaceArgs,
+    fail,
     load_cli_model,
     one_line,
+    open_runtime,
 )
 from cairn.surfaces.terminal.app import CairnApp
 from cairn.surfaces.terminal.driver import driver_class
 from cairn.surfaces.terminal.picker import PickerApp
-from cairn.wire_apis import WireAPI
 
 
-@dataclass(frozen=True)
-class TerminalArgs:
+@dataclass(frozen=True, kw_only=True)
+class TerminalArgs(SurfaceArgs):
     #: A session id to open (``""``: pick one); ``latest`` opens the most recent one.
     resume: str | None = None
     latest: bool = False
-    model: str | None = None
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    #: ``--api``: the wire API (``cairn.wire_apis``).
-    api: WireAPI | None = None
-    permission_mode: PermissionMode = "accept-edits"
-    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
-    instructions: bool = True
-    workspace: Path = Path()
 
 
 def run_terminal(args: TerminalArgs) -> int:
     try:
-        settings, model = load_cli_model(
-            args.workspace,
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-        )
+        settings, model = load_cli_model(args.workspace, args)
     except SetupError as exc:
-        return _fail(f"cairn: {exc}", EXIT_USAGE)
+        return fail(f"cairn: {exc}", EXIT_USAGE)
     return asyncio.run(_run(args, model, settings))
 
 
 async def _run(args: TerminalArgs, model: ModelConfig, settings: Settings) -> int:
     async with open_provider(model) as provider:
-        runtime = Runtime(
-            args.workspace,
-            model,
-            provider,
-            settings=settings,
-            permission_mode=args.permission_mode,
-            answers_permissions=True,
-            instructions=args.instructions,
-        )
+        runtime = open_runtime(args, model, provider, settings)
         if args.resume == "":
             sessions = AgentSession.sessions(runtime)
             if not sessions:
-                return _fail(f"cairn: no session to resume in {runtime.workspace}", EXIT_USAGE)
+                return fail(f"cairn: no session to resume in {runtime.workspace}", EXIT_USAGE)
             chosen = await PickerApp(sessions, driver_class=driver_class()).run_async()
             if chosen is None:
                 return 0  # the user chose none: nothing was opened
@@ -90,9 +65,9 @@ async def _run(args: TerminalArgs, model: ModelConfig, settings: Settings) -> in
         try:
             agent = open_session(runtime, args)
         except LookupError as exc:
-            return _fail(f"cairn: {exc}", EXIT_USAGE)
+            return fail(f"cairn: {exc}", EXIT_USAGE)
         except StoreError as exc:
-            return _fail(f"cairn: {one_line(str(exc))}", EXIT_FAILED)
+            return fail(f"cairn: {one_line(str(exc))}", EXIT_FAILED)
         app = CairnApp(runtime, agent, driver_class=driver_class())
         try:
             await app.run_async()
@@ -117,8 +92,3 @@ def _say(line: str) -> None:
     """A line for the terminal the app drew on: stdout, unless only stderr is one."""
     out = sys.stdout if sys.stdout.isatty() or not sys.stderr.isatty() else sys.stderr
     print(line, file=out, flush=True)
-
-
-def _fail(message: str, code: int) -> int:
-    print(message, file=sys.stderr)
-    return code

@@ -1,7 +1,7 @@
 """The terminal app's widgets: the message list, one widget per entry, and the input box.
 
 ``MessageList.sync`` reconciles the mounted widgets with the entries
-``view.window`` picks: it removes what fell out of the window, mounts what
+``transcript.window`` picks: it removes what fell out of the window, mounts what
 came in (in order) and redraws an entry only when its ``version`` moved, so a
 streaming response redraws one widget, not thirty. Above the entries, a line
 says what comes before them; entries mounted or removed above the view leave
@@ -35,15 +35,9 @@ from textual.message import Message as TextualMessage
 from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
-from cairn.agent.paste import FOLDED_HEAD_LINES, is_large_paste, paste_label
-from cairn.surfaces.terminal.view import (
-    Entry,
-    History,
-    completion,
-    mention_prefix,
-    more_label,
-    path_completion,
-)
+from cairn.agent import FOLDED_HEAD_LINES, is_large_paste, paste_label
+from cairn.surfaces.terminal.transcript import Entry, more_label
+from cairn.surfaces.terminal.view import History, completion, mention_prefix, path_completion
 
 #: The input box grows with its text up to this many lines, then scrolls.
 PROMPT_LINES = 8

@@ -11,7 +11,8 @@ answers and summaries beside it as sanitized markdown (``markdown``). Needs the
 
 from typing import TYPE_CHECKING
 
-from cairn.surfaces.web.hub import Hub, WebSetup
+from cairn.surfaces.web.hub import Hub
+from cairn.surfaces.web.panes import WebSetup
 from cairn.surfaces.web.run import WebArgs, run_web
 
 if TYPE_CHECKING:

@@ -26,20 +26,18 @@ which the prompt box folds a paste by.
 
 from __future__ import annotations
 
-from cairn.agent.agent_session import SessionUsage
-from cairn.agent.events import (
+from cairn.agent import (
+    FOLDED_HEAD_LINES,
+    PASTE_CHARS,
+    PASTE_LINES,
     CompactBlockAdded,
     Event,
     MessageAdded,
     QueuedPrompt,
+    SessionUsage,
     event_to_wire,
-    message_to_wire,
-)
-from cairn.agent.paste import (
-    FOLDED_HEAD_LINES,
-    PASTE_CHARS,
-    PASTE_LINES,
     is_large_paste,
+    message_to_wire,
     paste_label,
 )
 from cairn.messages import KIND_CHAT, KIND_COMPACT_SUMMARY, JSONObject, JSONValue, Message

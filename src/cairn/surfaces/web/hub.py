@@ -44,27 +44,26 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from cairn.agent.agent_session import AgentSession, SendOutcome, SessionBusyError
-from cairn.agent.commands import HELP, parse_command
-from cairn.agent.events import (
+from cairn.agent import (
+    HELP,
+    PERMISSION_DECISIONS,
     SESSION_MODES,
+    AgentSession,
     CompactBlockAdded,
     Event,
     MessageAdded,
+    RestoredFiles,
+    RewindPointError,
+    SendOutcome,
+    SessionBusyError,
     StatusChange,
+    TurnError,
     UsageUpdate,
+    parse_command,
 )
-from cairn.agent.loop import TurnError
-from cairn.agent.rewind import RestoredFiles, RewindPointError
-from cairn.agent.session import PERMISSION_DECISIONS, Runtime
-from cairn.agent.settings import Settings
-from cairn.agent.tools.base import PermissionMode
 from cairn.errors import CairnError
 from cairn.messages import JSONObject, JSONValue
-from cairn.provider import ChatProvider, ModelConfig
 from cairn.store import TranscriptLockedError, UiPage
 from cairn.store.paths import is_session_id
 from cairn.surfaces.web.frames import (
@@ -74,107 +73,23 @@ from cairn.surfaces.web.frames import (
     state_frame,
 )
 from cairn.surfaces.web.listing import SessionList
+from cairn.surfaces.web.page_frames import (
+    HISTORY_LIMIT_MAX,
+    WRITING_FRAMES,
+    FrameError,
+    count_field,
+    prefix_field,
+    read_frame,
+    shown,
+    text_field,
+)
+from cairn.surfaces.web.panes import OpenSessions, Pane, WebSetup, doing
 from cairn.surfaces.web.watch import Watch
 
 log = logging.getLogger(__name__)
 
-#: Frames the page may send, and the fields each needs.
-CLIENT_FRAMES = (
-    "list",
-    "open",
-    "prompt",
-    "cancel",
-    "answer",
-    "close",
-    "history",
-    "complete",
-    "unqueue",
-    "editQueued",
-    "mode",
-    "points",
-    "rewind",
-)
-#: Frames that act on a pane's session: refused for one followed read-only.
-WRITING_FRAMES = frozenset(CLIENT_FRAMES) - {"list", "open", "close", "history"}
-#: The longest ``@`` prefix ``complete`` takes (a path, not a document).
-PREFIX_MAX = 1_024
 #: UI entries ``opened`` carries: the end of the session, however long it is.
 HISTORY_PAGE = 300
-#: The most entries one ``history`` frame may ask for, so no page can make the
-#: server send a whole long session in one frame.
-HISTORY_LIMIT_MAX = 1_000
-#: The longest pane name: the page names its panes ``p1``, ``p2`` …, and every frame
-#: about a pane carries its name back.
-PANE_ID_MAX = 64
-
-
-class FrameError(CairnError, ValueError):
-    """A frame from the page that is not one of the protocol's."""
-
-
-@dataclass
-class WebSetup:
-    """What every pane shares: the model, the provider, the workspace."""
-
-    model: ModelConfig
-    provider: ChatProvider
-    workspace: Path
-    #: Cairn's home (transcripts); ``None``: ``CAIRN_HOME`` or ``~/.cairn``.
-    home: Path | None = None
-    permission_mode: PermissionMode = "accept-edits"
-    settings: Settings = field(default_factory=Settings)
-    #: Read AGENTS.md / CLAUDE.md into each pane's prompt (``--no-instructions``: false).
-    instructions: bool = True
-
-    def runtime(self) -> Runtime:
-        return Runtime(
-            self.workspace,
-            self.model,
-            self.provider,
-            settings=self.settings,
-            home=self.home,
-            permission_mode=self.permission_mode,
-            answers_permissions=True,
-            instructions=self.instructions,
-        )
-
-
-@dataclass
-class Pane:
-    id: str
-    runtime: Runtime
-    agent: AgentSession
-    #: The lines and commands running in this pane (more than one only for an instant:
-    #: a line sent while one runs is queued by the core and its task ends at once).
-    works: set[asyncio.Task[None]] = field(default_factory=set)
-    #: The guard bit last sent to the page.
-    shown_busy: bool | None = None
-
-    @property
-    def busy(self) -> bool:
-        working = any(not work.done() for work in self.works)
-        return working or self.agent.status != "idle" or bool(self.agent.running_tasks)
-
-
-class OpenSessions:
-    """Which session is open in which pane, across every page of one server.
-
-    One writer per transcript: a session shown in a pane cannot be opened in
-    another (the store's lock would refuse it anyway, less kindly).
-    """
-
-    def __init__(self) -> None:
-        self._owners: dict[str, Pane] = {}
-
-    def held(self, session_id: str) -> bool:
-        return session_id in self._owners
-
-    def claim(self, pane: Pane) -> bool:
-        return self._owners.setdefault(pane.agent.id, pane) is pane
-
-    def release(self, pane: Pane) -> None:
-        if self._owners.get(pane.agent.id) is pane:
-            del self._owners[pane.agent.id]
 
 
 class Hub:
@@ -207,7 +122,7 @@ class Hub:
     async def handle(self, frame: object) -> None:
         """Act on one frame; a bad one is answered with an ``error`` frame, never raised."""
         try:
-            await self._dispatch(_frame(frame))
+            await self._dispatch(read_frame(frame))
         except FrameError as exc:
             self._send({"type": "error", "pane": None, "text": str(exc)})
 
@@ -216,7 +131,7 @@ class Hub:
         if kind == "list":
             self.send_sessions()
             return
-        pane_id = _text(frame, "pane")
+        pane_id = text_field(frame, "pane")
         watch = self.watches.get(pane_id)
         if watch is not None and kind in WRITING_FRAMES:
             self._refuse(pane_id, f"read-only: {watch.reason}")
@@ -231,34 +146,34 @@ class Hub:
             if session_id is not None and not is_session_id(session_id):
                 # Checked before the store sees it: an id names a file.
                 raise FrameError(
-                    f"open: sessionId {_shown(session_id)} is not a session id "
+                    f"open: sessionId {shown(session_id)} is not a session id "
                     "(1-128 letters, digits, '.', '_' or '-')"
                 )
             self.open(pane_id, session_id)
         elif kind == "prompt":
-            self.prompt(pane_id, _text(frame, "text"))
+            self.prompt(pane_id, text_field(frame, "text"))
         elif kind == "cancel":
             self._pane(pane_id).agent.cancel()  # the queue stays (AgentSession.send)
         elif kind == "answer":
-            decision = _text(frame, "decision")
+            decision = text_field(frame, "decision")
             if decision not in PERMISSION_DECISIONS:
                 raise FrameError(f"answer: unknown decision {decision!r}")
             pane = self._pane(pane_id)
-            if not pane.agent.answer(_text(frame, "permissionId"), decision):
+            if not pane.agent.answer(text_field(frame, "permissionId"), decision):
                 self._notice(pane_id, "that permission request had already ended")
         elif kind == "close":
             await self.close_pane(pane_id)
         elif kind == "history":
-            before = _count(frame, "before", 0)
-            self.history(pane_id, before, _count(frame, "limit", 1, HISTORY_LIMIT_MAX))
+            before = count_field(frame, "before", 0)
+            self.history(pane_id, before, count_field(frame, "limit", 1, HISTORY_LIMIT_MAX))
         elif kind == "complete":
-            await self.complete(pane_id, _prefix(frame))
+            await self.complete(pane_id, prefix_field(frame))
         elif kind == "unqueue":
-            if self._pane(pane_id).agent.unqueue(_text(frame, "id")) is None:
+            if self._pane(pane_id).agent.unqueue(text_field(frame, "id")) is None:
                 self._notice(pane_id, "that line has been sent already")
         elif kind == "editQueued":
             pane = self._pane(pane_id)
-            if not pane.agent.edit_queued(_text(frame, "id"), _text(frame, "text")):
+            if not pane.agent.edit_queued(text_field(frame, "id"), text_field(frame, "text")):
                 self._notice(pane_id, "that line has been sent already")
         elif kind == "mode":
             mode = frame.get("mode")
@@ -271,7 +186,7 @@ class Hub:
             restore = frame.get("restoreFiles", False)
             if not isinstance(restore, bool):
                 raise FrameError("rewind: restoreFiles must be true or false")
-            self.rewind(pane_id, _text(frame, "pointId"), restore_files=restore)
+            self.rewind(pane_id, text_field(frame, "pointId"), restore_files=restore)
 
     # -- panes -----------------------------------------------------------------------
 
@@ -287,7 +202,7 @@ class Hub:
             return
         if pane is not None and pane.busy:
             self._refuse(
-                pane_id, f"session {pane.agent.id} is {_doing(pane)}: wait for it or cancel it"
+                pane_id, f"cannot open another session: {AgentSession.busy_reason(doing(pane))}"
             )
             return
         if session_id is not None and self._open.held(session_id):
@@ -420,8 +335,8 @@ class Hub:
             watch.stop()
 
     async def _watch_history(self, watch: Watch, frame: dict[str, JSONValue]) -> None:
-        before = _count(frame, "before", 0)
-        limit = _count(frame, "limit", 1, HISTORY_LIMIT_MAX)
+        before = count_field(frame, "before", 0)
+        limit = count_field(frame, "limit", 1, HISTORY_LIMIT_MAX)
         try:
             page = await watch.history(before, limit)
         except (CairnError, OSError) as exc:
@@ -456,7 +371,7 @@ class Hub:
             if pane.agent.busy:
                 # Queued, it would switch the session under a turn; refused as the core
                 # refuses AgentSession.rewind.
-                self._notice(pane_id, f"cannot rewind: session {pane.agent.id} is {_doing(pane)}")
+                self._notice(pane_id, f"cannot rewind: {AgentSession.busy_reason(doing(pane))}")
             else:
                 self._start(pane, self._send_line(pane, text))
         else:
@@ -464,7 +379,7 @@ class Hub:
 
     def clear(self, pane: Pane) -> None:
         if pane.busy:
-            self._refuse(pane.id, f"/clear refused: session {pane.agent.id} is {_doing(pane)}")
+            self._refuse(pane.id, f"/clear refused: {AgentSession.busy_reason(doing(pane))}")
             return
         self.open(pane.id, None)
 
@@ -667,53 +582,3 @@ class Hub:
 
     def _unreadable(self, pane_id: str, exc: Exception) -> None:
         self._send({"type": "error", "pane": pane_id, "text": f"cannot read the history: {exc}"})
-
-
-def _doing(pane: Pane) -> str:
-    status = pane.agent.status
-    if status != "idle":
-        return status
-    return "running a background task" if pane.agent.running_tasks else "busy"
-
-
-def _frame(frame: object) -> dict[str, JSONValue]:
-    if not isinstance(frame, dict) or frame.get("type") not in CLIENT_FRAMES:
-        kinds = ", ".join(CLIENT_FRAMES)
-        raise FrameError(f"a frame is a JSON object whose type is one of {kinds}")
-    return frame
-
-
-def _count(frame: dict[str, JSONValue], key: str, low: int, high: int | None = None) -> int:
-    value = frame.get(key)
-    # A JSON true is a Python int too, and no count.
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        raise FrameError(f"{frame['type']}: {key} must be an integer {bounds}")
-    return value
-
-
-def _prefix(frame: dict[str, JSONValue]) -> str:
-    """What follows the ``@``: empty for a bare ``@`` (the workspace's top level)."""
-    value = frame.get("prefix")
-    if not isinstance(value, str) or len(value) > PREFIX_MAX:
-        raise FrameError(f"complete: prefix must be a string of at most {PREFIX_MAX} characters")
-    return value
-
-
-def _text(frame: dict[str, JSONValue], key: str) -> str:
-    value = frame.get(key)
-    if not isinstance(value, str) or not value:
-        raise FrameError(f"{frame['type']}: {key} must be a non-empty string")
-    if key == "pane" and len(value) > PANE_ID_MAX:
-        raise FrameError(f"{frame['type']}: pane must be at most {PANE_ID_MAX} characters")
-    return value
-
-
-def _shown(text: str) -> str:
-    """``text`` quoted for an error line, cut short: a frame may carry 10,000 characters."""
-    return repr(text if len(text) <= 40 else text[:40] + "…")

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from cairn.agent.session import Runtime
+from cairn.agent import Runtime
 from cairn.errors import CairnError
 from cairn.messages import JSONValue
 from cairn.store import SessionDigest

@@ -20,17 +20,21 @@ import html
 import json
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import webbrowser
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn.agent.tools.base import PermissionMode
 from cairn.provider import open_provider
-from cairn.surfaces.print_mode import EXIT_USAGE, SetupError, load_cli_model
-from cairn.wire_apis import WireAPI
+from cairn.surfaces.setup import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    SetupError,
+    SurfaceArgs,
+    fail,
+    load_cli_model,
+)
 
 #: What ``pip install`` adds for the browser UI.
 MISSING = "cairn web needs the web extra: pip install 'cairn[web]' ({})"
@@ -38,44 +42,26 @@ MISSING = "cairn web needs the web extra: pip install 'cairn[web]' ({})"
 OPEN_FILE_S = 60.0
 
 
-@dataclass(frozen=True)
-class WebArgs:
+@dataclass(frozen=True, kw_only=True)
+class WebArgs(SurfaceArgs):
     port: int = 0
     open_browser: bool = False
-    model: str | None = None
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    #: ``--api``: the wire API (``cairn.wire_apis``).
-    api: WireAPI | None = None
-    permission_mode: PermissionMode = "accept-edits"
-    #: Read AGENTS.md / CLAUDE.md (``--no-instructions``: false).
-    instructions: bool = True
-    workspace: Path = Path()
 
 
 def run_web(args: WebArgs) -> int:
     try:
         import uvicorn
 
-        from cairn.surfaces.web.hub import WebSetup
+        from cairn.surfaces.web.panes import WebSetup
         from cairn.surfaces.web.server import create_app, new_token
     except ImportError as exc:
-        print(MISSING.format(exc), file=sys.stderr)
-        return EXIT_USAGE
+        return fail(MISSING.format(exc), EXIT_USAGE)
     if not 0 <= args.port <= 65535:
-        print(f"cairn web: --port {args.port} is not a port (0-65535)", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(f"cairn web: --port {args.port} is not a port (0-65535)", EXIT_USAGE)
     try:
-        settings, model = load_cli_model(
-            args.workspace,
-            model=args.model,
-            context_window=args.context_window,
-            max_output_tokens=args.max_output_tokens,
-            api=args.api,
-        )
+        settings, model = load_cli_model(args.workspace, args)
     except SetupError as exc:
-        print(f"cairn web: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(f"cairn web: {exc}", EXIT_USAGE)
     token = new_token()
 
     async def serve() -> None:
@@ -124,11 +110,9 @@ def run_web(args: WebArgs) -> int:
     except KeyboardInterrupt:
         pass
     except OSError as exc:  # the port is taken, say
-        print(
-            f"cairn web: cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc}",
-            file=sys.stderr,
+        return fail(
+            f"cairn web: cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc}", EXIT_FAILED
         )
-        return 1
     return 0
 
 

@@ -45,9 +45,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from cairn.messages import JSONObject
 from cairn.surfaces.web.frames import config_frame
-from cairn.surfaces.web.hub import Hub, OpenSessions, WebSetup
+from cairn.surfaces.web.hub import Hub
 from cairn.surfaces.web.listing import SessionList
 from cairn.surfaces.web.markdown import highlight_css
+from cairn.surfaces.web.panes import OpenSessions, WebSetup
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from cairn.agent.agent_session import SessionUsage
-from cairn.agent.events import CompactBlockAdded, Event, MessageAdded
-from cairn.agent.session import Runtime
+from cairn.agent import CompactBlockAdded, Event, MessageAdded, Runtime, SessionUsage
 from cairn.errors import CairnError
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONObject, Message
 from cairn.store import Record, UiPage, ui_entries, ui_page

@@ -32,6 +32,7 @@ from cairn.agent.events import (
 )
 from cairn.agent.loop import DEFAULT_MAX_TURNS, TurnResult, run_turn
 from cairn.agent.mentions import complete_paths, find_mentions
+from cairn.agent.permissions import PermissionDecision
 from cairn.agent.rewind import (
     PromptPoint,
     RestoredFiles,
@@ -39,7 +40,7 @@ from cairn.agent.rewind import (
     prompt_points,
     rewind_session,
 )
-from cairn.agent.session import PermissionDecision, Runtime, Session, SessionInfo
+from cairn.agent.runtime import Runtime, Session, SessionInfo
 from cairn.agent.shell import ShellOutcome, mode_reminder, shell_message
 from cairn.agent.tools.plan import plan_file_for
 from cairn.errors import CairnError
@@ -141,11 +142,22 @@ class AgentSession:
         return AgentSession(self._runtime, self._runtime.clear())
 
     @staticmethod
+    def busy_reason(state: str, *, cancel: str = "cancel it") -> str:
+        """Why a request must wait, in the words every surface uses: what the session
+        is doing (``streaming``, ``compacting`` …) and what the user can do about it."""
+        return f"the session is {state}; wait for it or {cancel}"
+
+    @staticmethod
     def sessions(runtime: Runtime) -> list[SessionInfo]:
         """This workspace's sessions, newest first."""
         return runtime.list_sessions()
 
     # -- driving ---------------------------------------------------------
+
+    async def start(self) -> None:
+        """Run the SessionStart hooks now (once per session; the first prompt runs them
+        otherwise), for a surface that listens (``on_event``) before anything is sent."""
+        await self._session.start()
 
     async def prompt(
         self, text: str | Message, *, max_turns: int = DEFAULT_MAX_TURNS
@@ -412,6 +424,11 @@ class AgentSession:
         return self._session.status
 
     @property
+    def stored_id(self) -> str:
+        """The id the transcript is stored under now: a new one if its file was replaced."""
+        return self._session.pipeline.session_id
+
+    @property
     def transcript_path(self) -> Path:
         return self._session.pipeline.transcript_path
 
@@ -450,17 +467,13 @@ class AgentSession:
 
     def _check_idle(self, what: str) -> None:
         if self.busy:
-            raise SessionBusyError(
-                f"cannot {what}: session {self._session.id} is {self._session.status}"
-            )
+            raise SessionBusyError(f"cannot {what}: {self.busy_reason(self._session.status)}")
 
 
 def _guard(runtime: Runtime, what: str) -> None:
     current = runtime.current_session
     if current is not None and current.status != "idle":
-        raise SessionBusyError(
-            f"cannot {what}: session {current.id} is {current.status}; wait for it or cancel it"
-        )
+        raise SessionBusyError(f"cannot {what}: {AgentSession.busy_reason(current.status)}")
 
 
 # -- rewind and fork ------------------------------------------------------------

@@ -20,14 +20,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, TypeAlias, get_args
 
 from cairn.agent.events import (
     CompactionStateChange,
     Event,
     EventBus,
     Notice,
-    PermissionRequested,
     SessionStatus,
     StatusChange,
 )
@@ -35,12 +33,13 @@ from cairn.agent.hooks import HookRunner
 from cairn.agent.instructions import InstructionFiles, with_instructions
 from cairn.agent.mcp.client import McpManager
 from cairn.agent.mcp.tool_search import install_mcp_tools
+from cairn.agent.permissions import PermissionDecision, PermissionRequests
 from cairn.agent.settings import Settings
 from cairn.agent.skills import SkillCatalog, discover_skills, skills_prompt
 from cairn.agent.snapshots import SNAPSHOTS_DIR, FileSnapshots
 from cairn.agent.state import STATE_KEY, SessionState
 from cairn.agent.subagent import SubagentSetup, run_subagent
-from cairn.agent.tools.base import PermissionMode, PermissionRequest, Tool, ToolContext
+from cairn.agent.tools.base import PermissionMode, Tool, ToolContext
 from cairn.agent.tools.host_io import HostFiles, HostTerminal
 from cairn.agent.tools.registry import ToolRegistry, default_tools
 from cairn.agent.tools.skill import SkillTool
@@ -48,7 +47,7 @@ from cairn.agent.tools.task import TASK_TOOL_NAMES, task_tools
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.hooks import SessionStartSource, session_start_reminder
 from cairn.context.llm_summarizer import LLMSummarizer
-from cairn.messages import JSONValue, Message, new_id, system
+from cairn.messages import JSONValue, Message, system
 from cairn.prompts import load_prompt
 from cairn.provider import ChatProvider, ModelConfig, window_notice
 from cairn.provider.metering import MeteredProvider
@@ -75,12 +74,6 @@ class SessionInfo:
     first_prompt: str
     messages: int
     last_activity: float
-
-
-#: What a surface may answer to ``permissionRequested`` (``cancelled`` is what a cancel sends).
-PermissionDecision: TypeAlias = Literal["allow_once", "allow_always", "reject", "cancelled"]
-PERMISSION_DECISIONS: tuple[PermissionDecision, ...] = get_args(PermissionDecision)
-PERMISSION_OPTIONS: tuple[str, ...] = ("allow_once", "allow_always", "reject")
 
 
 class Session:
@@ -173,8 +166,7 @@ class Session:
             self.session_dir / SNAPSHOTS_DIR, self.workspace, self._last_record_id
         )
         #: Permission requests waiting for ``answer``, and the tools allowed for good.
-        self._permissions: dict[str, asyncio.Future[PermissionDecision]] = {}
-        self._always_allowed: set[str] = set()
+        self.permissions = PermissionRequests(self.events.publish)
         #: The state a compaction interrupted, restored when it ends.
         self._before_compaction: SessionStatus = "idle"
         self.events.on(self._follow_compaction)
@@ -217,7 +209,7 @@ class Session:
             session_dir=self.session_dir,
             lineage_dirs=self.lineage_dirs,
             permission_mode=self.runtime.permission_mode,
-            ask=self._request_permission if self.runtime.answers_permissions else None,
+            ask=self.permissions.ask if self.runtime.answers_permissions else None,
             abort=self._abort,
             clock=time.time,
             files=self.runtime.host_files,
@@ -267,45 +259,11 @@ class Session:
         """
         self._abort.set()
         self.pipeline.cancel_compaction()
-        for permission_id in list(self._permissions):
-            self.answer(permission_id, "cancelled")
-
-    # -- permissions, as requests ------------------------------------------
-
-    async def _request_permission(self, request: PermissionRequest) -> bool:
-        """Publish ``permissionRequested`` and wait for ``answer``; true when allowed."""
-        if request.tool in self._always_allowed:
-            return True
-        permission_id = new_id("perm")
-        waiting: asyncio.Future[PermissionDecision] = asyncio.get_running_loop().create_future()
-        self._permissions[permission_id] = waiting
-        try:
-            self.events.publish(
-                PermissionRequested(
-                    permission_id,
-                    request.tool,
-                    request.arguments,
-                    PERMISSION_OPTIONS,
-                    request.summary,
-                )
-            )
-            decision = await waiting
-        finally:
-            self._permissions.pop(permission_id, None)
-        if decision == "allow_always":
-            self._always_allowed.add(request.tool)
-        return decision in ("allow_once", "allow_always")
+        self.permissions.cancel_all()
 
     def answer(self, permission_id: str, decision: PermissionDecision) -> bool:
         """Answer a pending ``permissionRequested``; false when nothing waits under that id."""
-        if decision not in PERMISSION_DECISIONS:
-            allowed = ", ".join(PERMISSION_DECISIONS)
-            raise ValueError(f"unknown permission decision {decision!r}; one of {allowed}")
-        waiting = self._permissions.get(permission_id)
-        if waiting is None or waiting.done():
-            return False
-        waiting.set_result(decision)
-        return True
+        return self.permissions.answer(permission_id, decision)
 
     def reset_abort(self) -> asyncio.Event:
         self._abort = asyncio.Event()
