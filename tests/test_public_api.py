@@ -36,7 +36,7 @@ INTERNAL_EXCEPTIONS = {
     "cairn.agent.state._BadPartError",
     # A persisted calibration or active-task entry of the wrong shape: read as "none".
     "cairn.context.calibration._MalformedError",
-    "cairn.context.ledger._MalformedEntryError",
+    "cairn.context.checkpoint._MalformedEntryError",
     # The compaction's summary wait lost the race to cancel_compaction; turned into a notice.
     "cairn.context.compactor._CancelledError",
     # The host switched while the line waited for a background summary; caught in run().
