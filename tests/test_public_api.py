@@ -68,7 +68,7 @@ STANDARD_BASES = {
     "cairn.provider.streaming.StreamReportedError": RuntimeError,
     "cairn.provider.anthropic_wire.AnthropicStreamError": RuntimeError,
     "cairn.replay.fixed_context.FixedContextError": ValueError,
-    "cairn.replay.importers._common.RecordError": ValueError,
+    "cairn.replay.importers._source.RecordError": ValueError,
     "cairn.replay.plot.PlotUnavailableError": RuntimeError,
     "cairn.replay.session.SessionImportError": ValueError,
     "cairn.store.base.StoreError": RuntimeError,
@@ -221,7 +221,7 @@ def test_the_all_check_sees_a_missing_and_a_stale_name(tmp_path: Path) -> None:
     (package / "__init__.py").write_text(
         "from pathlib import Path\n"
         "from cairn.messages import Message, user\n"
-        "from cairn.replay.importers._common import Loaded\n"
+        "from cairn.replay.importers._session_builder import Loaded\n"
         "if True:\n    LIMIT = 3\n"
         "def helper() -> None: ...\n"
         "__all__ = ['Message', 'gone', 'Message']\n"
