@@ -56,7 +56,7 @@ STANDARD_BASES = {
     "cairn.agent.tools.paths.SymlinkRefusedError": ValueError,
     "cairn.agent.tools.paths.ToolArgumentError": ValueError,
     "cairn.context.hooks.CompactionBlockedError": RuntimeError,
-    "cairn.context.compactor.CheckpointFailedError": RuntimeError,
+    "cairn.context.compactor.CheckpointWriteError": RuntimeError,
     "cairn.context.compactor.CompactionFailedError": RuntimeError,
     "cairn.context.pipeline.ContextWindowExceededError": RuntimeError,
     "cairn.context.pipeline.RequestTooLargeError": RuntimeError,

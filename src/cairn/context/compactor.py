@@ -67,7 +67,7 @@ _R = TypeVar("_R")
 UNKNOWN_WINDOW = 2 * MAX_SUMMARY_TOKENS
 
 
-class CheckpointFailedError(StoreError):
+class CheckpointWriteError(StoreError):
     """The compaction could not be saved; the turn fails and the context is unchanged."""
 
     phase = "checkpoint"
@@ -759,7 +759,7 @@ class Compactor:
             # Append + fsync; the store swaps its API view only after that.
             self._store.save_compaction(record)
         except (CheckpointError, TranscriptWriteError) as exc:
-            raise CheckpointFailedError(f"compaction checkpoint not saved: {exc}") from exc
+            raise CheckpointWriteError(f"compaction checkpoint not saved: {exc}") from exc
         self._host.checkpoint_committed()
         return record
 

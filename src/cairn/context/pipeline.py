@@ -44,7 +44,7 @@ from cairn.context.compactor import (
 )
 
 # The compaction's errors and outcome are the façade's too: callers import them from here.
-from cairn.context.compactor import CheckpointFailedError as CheckpointFailedError
+from cairn.context.compactor import CheckpointWriteError as CheckpointWriteError
 from cairn.context.compactor import CompactionCancelledError as CompactionCancelledError
 from cairn.context.compactor import CompactionFailedError as CompactionFailedError
 from cairn.context.compactor import CompactionOutcome as CompactionOutcome
@@ -785,7 +785,7 @@ class ContextPipeline:
         try:
             self._store.append(ContextEditRecord(tuple(edits)))
         except TranscriptWriteError as exc:
-            raise CheckpointFailedError(f"context edits not saved: {exc}") from exc
+            raise CheckpointWriteError(f"context edits not saved: {exc}") from exc
         finally:
             # Applied or not, the index re-reads the messages named.
             self._index.edited(edits)
