@@ -6,6 +6,8 @@ Edits are only planned until the check has succeeded, and every change to
 the model's context is made durable in the transcript before it takes
 effect: the in-memory context *is* the store's API view, which only moves
 after a successful write.
+
+Kept whole: the one owner of the context's state; every method keeps durable-before-memory.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ from cairn.context.calibration import (
 from cairn.context.compactor import (
     UNKNOWN_WINDOW,
     Compactor,
-    PrecomputeStats,
 )
 
 # The compaction's errors and outcome are the façade's too: callers import them from here.
@@ -58,6 +59,7 @@ from cairn.context.hooks import (
     NoHooks,
 )
 from cairn.context.index import ContextIndex
+from cairn.context.precompute import PrecomputeStats
 from cairn.context.restoration_source import RestorationSource
 from cairn.context.snip import snip_target, snip_worth_it
 from cairn.context.summarizer import (
