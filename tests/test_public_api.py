@@ -36,7 +36,7 @@ INTERNAL_EXCEPTIONS = {
     "cairn.agent.state._BadPartError",
     # A persisted calibration or active-task entry of the wrong shape: read as "none".
     "cairn.context.calibration._MalformedError",
-    "cairn.context.ledger._MalformedEntryError",
+    "cairn.context.checkpoint._MalformedEntryError",
     # The compaction's summary wait lost the race to cancel_compaction; turned into a notice.
     "cairn.context.compactor._CancelledError",
     # The host switched while the line waited for a background summary; caught in run().
@@ -60,7 +60,7 @@ STANDARD_BASES = {
     "cairn.agent.tools.task.SubagentError": RuntimeError,
     "cairn.agent.tools.workspace.PathOutsideWorkspaceError": ValueError,
     "cairn.context.hooks.CompactionBlockedError": RuntimeError,
-    "cairn.context.compactor.CheckpointFailedError": RuntimeError,
+    "cairn.context.compactor.CheckpointWriteError": RuntimeError,
     "cairn.context.compactor.CompactionFailedError": RuntimeError,
     "cairn.context.pipeline.ContextWindowExceededError": RuntimeError,
     "cairn.context.pipeline.RequestTooLargeError": RuntimeError,
@@ -72,7 +72,7 @@ STANDARD_BASES = {
     "cairn.provider.streaming.StreamReportedError": RuntimeError,
     "cairn.provider.anthropic_stream.AnthropicStreamError": RuntimeError,
     "cairn.replay.fixed_context.FixedContextError": ValueError,
-    "cairn.replay.importers._common.RecordError": ValueError,
+    "cairn.replay.importers._source.RecordError": ValueError,
     "cairn.replay.plot.PlotUnavailableError": RuntimeError,
     "cairn.replay.session.SessionImportError": ValueError,
     "cairn.store.base.StoreError": RuntimeError,
@@ -227,7 +227,7 @@ def test_the_all_check_sees_a_missing_and_a_stale_name(tmp_path: Path) -> None:
     (package / "__init__.py").write_text(
         "from pathlib import Path\n"
         "from cairn.messages import Message, user\n"
-        "from cairn.replay.importers._common import Loaded\n"
+        "from cairn.replay.importers._session_builder import Loaded\n"
         "if True:\n    LIMIT = 3\n"
         "def helper() -> None: ...\n"
         "__all__ = ['Message', 'gone', 'Message']\n"

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Generic, TypeAlias, TypeVar
 
 from pydantic import Field, PlainSerializer, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError, PydanticSerializationError
 from typing_extensions import TypeAliasType
 
-from cairn.errors import CairnError
+from cairn.errors import FormatError
 
 __all__ = [
     "OMIT_EMPTY",
@@ -41,7 +41,9 @@ __all__ = [
     "JSONObject",
     "JSONValue",
     "describe_error",
+    "exceeds_depth",
     "invalid",
+    "json_depth",
     "key_path",
     "scrub",
     "tag",
@@ -82,8 +84,42 @@ OMIT_EMPTY: Any = Field(exclude_if=lambda value: not value)
 _LISTED_ERRORS = 3
 
 
-class JSONDepthError(CairnError, ValueError):
+class JSONDepthError(FormatError):
     """A value nests deeper than the encoder goes (pydantic's limit is about 250 levels)."""
+
+
+def json_depth(value: object, *, stop_above: int | None = None) -> int:
+    """How many arrays (lists, tuples) and objects (dicts) deep ``value`` nests.
+
+    The one nesting walker: every depth check (the store's records, the
+    imported values) measures with it, each against its own limit. Iterative,
+    so a value nested far beyond the interpreter's recursion limit is measured
+    rather than crashing the measurement. With ``stop_above``, the walk ends
+    at the first level past it and returns that level: enough to refuse the
+    value without walking the rest of it.
+    """
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[object] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if stop_above is not None and depth > stop_above:
+            return depth
+        deepest = max(deepest, depth)
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
+    return deepest
+
+
+def exceeds_depth(value: object, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``limit`` levels deep."""
+    return json_depth(value, stop_above=limit) > limit
 
 
 def invalid(message: str) -> PydanticCustomError:

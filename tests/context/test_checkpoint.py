@@ -17,9 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cairn.context.budget import input_budget
-from cairn.context.effects import ToolEffects
-from cairn.context.fallback import plan_fallback
-from cairn.context.ledger import (
+from cairn.context.checkpoint import (
     ACTIVE_TASK_KEY,
     CONSTRAINT_LINE_TOKENS,
     MAX_CHECKPOINT_TOKENS,
@@ -28,15 +26,16 @@ from cairn.context.ledger import (
     ActiveTask,
     CheckpointEntry,
     active_task_of,
-    build_compact_block,
     checkpoint_cap,
     constraint_lines,
     is_constraint_line,
     is_oversized,
-    render_ledger,
     saved_message_path,
     stub_text,
 )
+from cairn.context.effects import ToolEffects
+from cairn.context.fallback import plan_fallback
+from cairn.context.ledger import build_compact_block, render_ledger
 from cairn.context.llm_summarizer import LLMSummarizer
 from cairn.context.summarizer import SummaryRequest
 from cairn.context.tracker import FixedContext

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cairn.context.budget import input_budget
+from cairn.context.checkpoint import ACTIVE_TASK_KEY, CheckpointEntry, active_task_of
 from cairn.context.effects import ToolEffects
 from cairn.context.fallback import (
     BOUNDARY_MIN_TEXT_TOKENS,
@@ -23,12 +24,9 @@ from cairn.context.fallback import (
     plan_fallback,
 )
 from cairn.context.ledger import (
-    ACTIVE_TASK_KEY,
     FILES_SECTION_TOKENS,
     LEDGER_HEADINGS,
     TODO_SECTION_TOKENS,
-    CheckpointEntry,
-    active_task_of,
     build_compact_block,
     files_section,
     render_ledger,

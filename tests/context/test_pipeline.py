@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cairn.context import (
-    CheckpointFailedError,
+    CheckpointWriteError,
     CompactionConfig,
     CompactionFailedError,
     ContextPipeline,
@@ -673,7 +673,7 @@ def test_a_failed_checkpoint_save_fails_the_check_and_leaves_memory_untouched(
     path = p.transcript_path
     before_bytes = path.read_bytes()
     before_messages = list(p.messages)
-    with file_size_limit(len(before_bytes) + 100), pytest.raises(CheckpointFailedError) as info:
+    with file_size_limit(len(before_bytes) + 100), pytest.raises(CheckpointWriteError) as info:
         run(p.check_and_compact(FIXED))
     assert info.value.phase == "checkpoint"
     assert list(p.messages) == before_messages

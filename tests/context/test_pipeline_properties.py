@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.budget import input_budget
+from cairn.context.checkpoint import ACTIVE_TASK_KEY, CheckpointEntry
 from cairn.context.effects import ToolEffect
-from cairn.context.ledger import ACTIVE_TASK_KEY, CheckpointEntry
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     ImagePart,

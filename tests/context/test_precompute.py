@@ -729,7 +729,7 @@ def test_generated_sessions_commit_a_prepared_summary_or_leave_it_as_if_it_never
 
 
 def test_join_rounds_after_trims_the_tail_kept_at_p_never_the_rounds_since() -> None:
-    from cairn.context.compactor import join_rounds_after
+    from cairn.context.precompute import join_rounds_after
 
     def round_(n: int) -> list[Message]:
         call = ToolCall(f"c{n}", "read_file", "{}")

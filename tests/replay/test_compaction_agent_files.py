@@ -37,7 +37,7 @@ from cairn.replay.fixed_context import (
     usage_fixed_tokens,
 )
 from cairn.replay.importers import import_sessions
-from cairn.replay.importers._common import (
+from cairn.replay.importers._session_builder import (
     carried_tokens,
     check_context_not_recorded,
     mark_context_not_recorded,

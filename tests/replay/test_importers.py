@@ -955,7 +955,7 @@ def test_cairn_bad_line_in_the_middle(tmp_path: Path) -> None:
 
 
 def test_injected_split_rules() -> None:
-    from cairn.replay.importers._common import Injected
+    from cairn.replay.importers._conversion import Injected
 
     rules = Injected(tags=("system-reminder", "ide_selection"), markers=frozenset({"[stop]"}))
     assert rules.split("plain text\n") == [("plain text\n", False)]  # untouched

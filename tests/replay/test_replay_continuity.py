@@ -18,7 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cairn.context.ledger import active_task_of, build_compact_block, render_ledger
+from cairn.context.checkpoint import active_task_of
+from cairn.context.ledger import build_compact_block, render_ledger
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
     Message,

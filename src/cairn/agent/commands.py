@@ -20,7 +20,7 @@ from cairn.agent.runtime import Runtime
 from cairn.context.budget import handoff_line, output_reserve
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.pipeline import (
-    CheckpointFailedError,
+    CheckpointWriteError,
     CompactionCancelledError,
     CompactionFailedError,
     CompactionOutcome,
@@ -165,7 +165,7 @@ async def _compact(runtime: Runtime, instructions: str | None) -> CommandOutcome
     except StoreError as exc:
         # A full disk, an I/O error, a lost database: one line, never a traceback.
         failure = store_failure(exc, session.pipeline.session_id, stopped="the compaction stopped")
-        code = "checkpoint" if isinstance(exc, CheckpointFailedError) else "store"
+        code = "checkpoint" if isinstance(exc, CheckpointWriteError) else "store"
         raise StoreFailedError(failure, code) from exc
     if outcome is None:
         return CommandOutcome("/compact skipped: the session changed or is busy")

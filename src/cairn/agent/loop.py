@@ -28,7 +28,7 @@ from cairn.agent.events import (
 from cairn.agent.tools.base import ToolContext
 from cairn.agent.tools.registry import ToolRegistry
 from cairn.context.pipeline import (
-    CheckpointFailedError,
+    CheckpointWriteError,
     CompactionCancelledError,
     ContextPipeline,
 )
@@ -71,7 +71,7 @@ class StoreFailedError(TurnError):
 
 def store_failure(exc: StoreError, session_id: str, *, stopped: str = "the turn stopped") -> str:
     """The one line a surface shows for a store failure, and how to go on."""
-    if isinstance(exc, CheckpointFailedError):
+    if isinstance(exc, CheckpointWriteError):
         state = f"the context could not be saved: {exc}; the context is unchanged"
     else:
         state = f"the session could not be saved: {exc}; {stopped}, what was saved before is kept"
@@ -186,7 +186,7 @@ def _end_turn(session: LoopHost, *, quietly: bool = False) -> None:
 
 def _store_failed(session: LoopHost, exc: StoreError) -> StoreFailedError:
     message = store_failure(exc, session.pipeline.session_id)
-    code = "checkpoint" if isinstance(exc, CheckpointFailedError) else "store"
+    code = "checkpoint" if isinstance(exc, CheckpointWriteError) else "store"
     session.events.publish(ErrorEvent(message, code))
     return StoreFailedError(message, code)
 

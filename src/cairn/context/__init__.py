@@ -11,7 +11,7 @@ from cairn.context.config import CompactionConfig, OnFailure
 from cairn.context.effects import ToolEffect, ToolEffects
 from cairn.context.fallback import FallbackPlan, fallback_target, plan_fallback
 from cairn.context.pipeline import (
-    CheckpointFailedError,
+    CheckpointWriteError,
     CheckResult,
     CompactionCancelledError,
     CompactionFailedError,
@@ -30,7 +30,7 @@ from cairn.context.tracker import ContextTokenTracker, FixedContext, TokenSnapsh
 
 __all__ = [
     "CheckResult",
-    "CheckpointFailedError",
+    "CheckpointWriteError",
     "CompactionBreaker",
     "CompactionCancelledError",
     "CompactionConfig",

@@ -6,14 +6,16 @@ or the model-free fallback), the gates, the restoration, then the checkpoint
 — appended and fsynced before the context swaps — and the SessionStart and
 PostCompact hooks. ``ContextPipeline`` decides when; the compactor does it,
 through the small ``CompactionHost`` view of the pipeline it works for.
+
+Kept whole: ``run`` and the background summary's commit share one write phase and its guards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -28,6 +30,13 @@ from cairn.context.hooks import (
     session_start_reminder,
 )
 from cairn.context.llm_summarizer import MAX_SUMMARY_TOKENS, check_gates, nothing_to_compact
+from cairn.context.precompute import (
+    PrecomputeStats,
+    PreparedSummary,
+    join_rounds_after,
+    settled,
+    summary_outcome,
+)
 from cairn.context.restoration_source import RestorationSource
 from cairn.context.restore import build_restoration
 from cairn.context.summarizer import (
@@ -67,7 +76,7 @@ _R = TypeVar("_R")
 UNKNOWN_WINDOW = 2 * MAX_SUMMARY_TOKENS
 
 
-class CheckpointFailedError(StoreError):
+class CheckpointWriteError(StoreError):
     """The compaction could not be saved; the turn fails and the context is unchanged."""
 
     phase = "checkpoint"
@@ -111,99 +120,6 @@ class CompactionOutcome:
             record.post_tokens,
             record.summary,
         )
-
-
-@dataclass
-class PrecomputeStats:
-    """What the background summaries came to in one session (for the benchmark)."""
-
-    started: int = 0
-    #: Committed at the line without a model call.
-    committed: int = 0
-    #: The line came before the summary: the request waited for it.
-    waited: int = 0
-    #: Dropped unused: stale (a compaction, an edit or a switch came first),
-    #: cancelled, or replaced by a manual or reactive compaction.
-    discarded: int = 0
-    #: It failed (or a hook blocked it): today's path ran at the line.
-    failed: int = 0
-    #: With the rounds since it was prepared it failed the gates: today's path ran.
-    rejected: int = 0
-
-
-@dataclass(eq=False)
-class _Prepared:
-    """One summary prepared in the background, and what it was prepared from."""
-
-    session: str
-    epoch: int
-    #: The API view up to the round boundary ``P``, as the fork sent it.
-    view: tuple[Message, ...]
-    listener: CompactionListener
-    task: asyncio.Task[Summary | None] = field(init=False)
-    notices: list[str] = field(default_factory=list)
-    text: str = ""
-    #: Set once a request waits for it: its tail is shown from then on.
-    waiting: bool = False
-
-    def streamed(self, text: str) -> None:
-        self.text = text
-        if self.waiting:
-            self.listener.compaction_content_updated(text)
-
-    def watched(self) -> None:
-        self.waiting = True
-        if self.text:
-            self.listener.compaction_content_updated(self.text)
-
-
-def _outcome(task: asyncio.Task[Summary | None]) -> tuple[Summary | None, str | None]:
-    """A finished background summary: it, or ``None`` and why (cancelled: no why).
-
-    Any error ends there: the line then takes today's path, which meets a
-    lasting fault again and reports it as today.
-    """
-    if task.cancelled():
-        return None, None
-    error = task.exception()
-    if error is not None:
-        return None, f"the summary prepared in the background failed: {error}"
-    return task.result(), None
-
-
-async def _settled(task: asyncio.Task[Summary | None]) -> None:
-    """Wait for ``task`` to end, whatever its outcome (read it afterwards)."""
-    await asyncio.wait({task})
-
-
-def join_rounds_after(
-    replacement: Sequence[Message],
-    kept_ids: Collection[str],
-    after: Sequence[Message],
-    gate: Callable[[Sequence[Message]], str | None],
-) -> tuple[tuple[Message, ...] | None, str | None]:
-    """A prepared replacement with the rounds that came after its snapshot, verbatim.
-
-    ``kept_ids``: the snapshot's messages, so the replacement's tail (the
-    rounds it kept verbatim at ``P``) is told from its block and restoration.
-    While ``gate`` finds the result too big, that tail yields from its oldest
-    round — the summary covered it too — but the rounds after ``P`` never do.
-    Returns ``(replacement, None)``, or ``(None, why)`` when even without a
-    tail it fails.
-    """
-    tail_start = len(replacement)
-    while tail_start > 0 and replacement[tail_start - 1].id in kept_ids:
-        tail_start -= 1
-    head, tail = tuple(replacement[:tail_start]), tuple(replacement[tail_start:])
-    while True:
-        joined = (*head, *tail, *after)
-        failed = gate(joined)
-        if failed is None:
-            return joined, None
-        rounds = group_rounds(tail)
-        if not rounds:
-            return None, failed
-        tail = tail[rounds[0].end :]
 
 
 class CompactionHost(Protocol):
@@ -276,7 +192,7 @@ class Compactor:
         #: Set by ``cancel`` while a compaction runs.
         self._cancel: asyncio.Event | None = None
         #: The summary being prepared in the background, or ready (DESIGN §5.5a).
-        self._prepared: _Prepared | None = None
+        self._prepared: PreparedSummary | None = None
         self.precompute_stats = PrecomputeStats()
 
     @property
@@ -300,7 +216,7 @@ class Compactor:
         task = self._prepared.task
         if not task.done():
             return "preparing"
-        return "ready" if _outcome(task)[0] is not None else None
+        return "ready" if summary_outcome(task)[0] is not None else None
 
     def prepare(
         self,
@@ -317,7 +233,7 @@ class Compactor:
         """
         if self._prepared is not None or self._compacting:
             return False
-        prepared = _Prepared(self._host.shown_session(), epoch, tuple(view), self._listener)
+        prepared = PreparedSummary(self._host.shown_session(), epoch, tuple(view), self._listener)
         prepared.task = asyncio.get_running_loop().create_task(
             self._prepare(prepared, fixed, projection)
         )
@@ -335,20 +251,20 @@ class Compactor:
         if not prepared.task.done():
             prepared.task.cancel()
         else:
-            _outcome(prepared.task)  # read, so a failure is never left unretrieved
+            summary_outcome(prepared.task)  # read, so a failure is never left unretrieved
         self.precompute_stats.discarded += 1
         self._announce()
 
     def _announce(self) -> None:
         self._listener.summary_prepared(self.prepared)
 
-    def _prepared_done(self, prepared: _Prepared) -> None:
+    def _prepared_done(self, prepared: PreparedSummary) -> None:
         # Announced only while still held: the line may have taken it meanwhile.
         if self._prepared is prepared:
             self._announce()
 
     async def _prepare(
-        self, prepared: _Prepared, fixed: FixedContext, projection: TokenSnapshot | None
+        self, prepared: PreparedSummary, fixed: FixedContext, projection: TokenSnapshot | None
     ) -> Summary | None:
         pre_hook = await self._hooks.pre_compact("auto", None)
         prepared.notices.extend(pre_hook.notices)
@@ -407,13 +323,13 @@ class Compactor:
                 prepared.watched()
                 stats.waited += 1
                 try:
-                    await _unless_set(self._cancel, _settled(prepared.task))
+                    await _unless_set(self._cancel, settled(prepared.task))
                 except _CancelledError:
                     prepared.task.cancel()
                     raise CompactionCancelledError(
                         "compaction cancelled; the context is unchanged"
                     ) from None
-            summary, failure = _outcome(prepared.task)
+            summary, failure = summary_outcome(prepared.task)
             warnings.extend(prepared.notices)
             if failure is not None:
                 warnings.append(failure)
@@ -759,7 +675,7 @@ class Compactor:
             # Append + fsync; the store swaps its API view only after that.
             self._store.save_compaction(record)
         except (CheckpointFormatError, TranscriptWriteError) as exc:
-            raise CheckpointFailedError(f"compaction checkpoint not saved: {exc}") from exc
+            raise CheckpointWriteError(f"compaction checkpoint not saved: {exc}") from exc
         self._host.checkpoint_committed()
         return record
 

@@ -14,14 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cairn.context.effects import ToolEffects, call_path, effect_of, written_files
-from cairn.context.ledger import (
-    LEDGER_HEADINGS,
+from cairn.context.checkpoint import (
     MIN_CHECKPOINT_TOKENS,
     ActiveTask,
     active_task_of,
-    build_compact_block,
     checkpoint_cap,
+)
+from cairn.context.effects import ToolEffects, call_path, effect_of, written_files
+from cairn.context.ledger import (
+    LEDGER_HEADINGS,
+    build_compact_block,
     exact_records,
     files_section,
     place_exact_records,

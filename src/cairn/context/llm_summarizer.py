@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cairn.context.budget import cautious
+from cairn.context.checkpoint import active_task_of
 from cairn.context.effects import ToolEffects, effect_of
 from cairn.context.ledger import (
-    active_task_of,
     build_compact_block,
     exact_records,
     normalize_ledger,

@@ -6,6 +6,8 @@ Edits are only planned until the check has succeeded, and every change to
 the model's context is made durable in the transcript before it takes
 effect: the in-memory context *is* the store's API view, which only moves
 after a successful write.
+
+Kept whole: the one owner of the context's state; every method keeps durable-before-memory.
 """
 
 from __future__ import annotations
@@ -40,11 +42,10 @@ from cairn.context.calibration import (
 from cairn.context.compactor import (
     UNKNOWN_WINDOW,
     Compactor,
-    PrecomputeStats,
 )
 
 # The compaction's errors and outcome are the façade's too: callers import them from here.
-from cairn.context.compactor import CheckpointFailedError as CheckpointFailedError
+from cairn.context.compactor import CheckpointWriteError as CheckpointWriteError
 from cairn.context.compactor import CompactionCancelledError as CompactionCancelledError
 from cairn.context.compactor import CompactionFailedError as CompactionFailedError
 from cairn.context.compactor import CompactionOutcome as CompactionOutcome
@@ -58,6 +59,7 @@ from cairn.context.hooks import (
     NoHooks,
 )
 from cairn.context.index import ContextIndex
+from cairn.context.precompute import PrecomputeStats
 from cairn.context.restoration_source import RestorationSource
 from cairn.context.snip import snip_target, snip_worth_it
 from cairn.context.summarizer import (
@@ -785,7 +787,7 @@ class ContextPipeline:
         try:
             self._store.append(ContextEditRecord(tuple(edits)))
         except TranscriptWriteError as exc:
-            raise CheckpointFailedError(f"context edits not saved: {exc}") from exc
+            raise CheckpointWriteError(f"context edits not saved: {exc}") from exc
         finally:
             # Applied or not, the index re-reads the messages named.
             self._index.edited(edits)

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from cairn.context.checkpoint import ACTIVE_TASK_KEY
 from cairn.context.effects import ToolEffects, written_files
-from cairn.context.ledger import ACTIVE_TASK_KEY, exact_records
+from cairn.context.ledger import exact_records
 from cairn.messages import KIND_COMPACT_SUMMARY, JSONObject, Message, ToolCall, find_orphans
 
 #: Substring every exact continuation record line holds: a cheap pre-filter.

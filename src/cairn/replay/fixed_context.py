@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from cairn.context.tracker import FixedContext
-from cairn.errors import CairnError
+from cairn.errors import FormatError
 from cairn.messages import JSONObject, Message
 from cairn.replay.session import RecordedSession
 
@@ -97,7 +97,7 @@ CONTEXT_NOT_RECORDED = "context_not_recorded"
 ELSEWHERE_RATIO = 4
 
 
-class FixedContextError(CairnError, ValueError):
+class FixedContextError(FormatError):
     """A fixed-context size that cannot work for a session (the text names both figures)."""
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.errors import CairnError
+from cairn.errors import FormatError
 from cairn.messages import JSONObject, Message
 
 
-class SessionImportError(CairnError, ValueError):
+class SessionImportError(FormatError):
     """A file could not be imported; the message names the format and the line or key."""
 
 

@@ -13,7 +13,7 @@ about to be written — can be encoded again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, ClassVar, Literal, TypeAlias
@@ -21,7 +21,7 @@ from typing import Annotated, ClassVar, Literal, TypeAlias
 import orjson
 from pydantic import StrictInt
 
-from cairn.codec import OMIT_EMPTY, OMIT_NONE, Codec, JSONDepthError, JSONKey
+from cairn.codec import OMIT_EMPTY, OMIT_NONE, Codec, JSONDepthError, JSONKey, exceeds_depth
 from cairn.errors import FormatError
 from cairn.messages import (
     JSONObject,
@@ -270,27 +270,6 @@ def _replacement_bytes(messages: Sequence[Message]) -> bytes:
 
 # ---------------------------------------------------------------------------
 # Nesting depth
-
-
-def exceeds_depth(value: object, limit: int) -> bool:
-    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep.
-
-    Iterative, so that a value nested far beyond the interpreter's recursion
-    limit is measured rather than crashing the measurement.
-    """
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[object] = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
-    return False
 
 
 def line_exceeds_depth(line: bytes, value: object) -> bool:

@@ -102,13 +102,12 @@ from cairn.replay.importers import (
     swe_agent,
     tau_bench,
 )
-from cairn.replay.importers._common import (
+from cairn.replay.importers._session_builder import (
     PLACEHOLDER_RESULT,
     Loaded,
-    Source,
     check_context_not_recorded,
-    load_json,
 )
+from cairn.replay.importers._source import Source, load_json
 from cairn.replay.session import ImportResult, RecordedSession, SessionImportError
 
 Importer = Callable[[Source, int | None], Loaded]

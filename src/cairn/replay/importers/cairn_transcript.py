@@ -17,14 +17,8 @@ to ``system``. Damaged lines are skipped with the store's own warning.
 
 from __future__ import annotations
 
-from cairn.replay.importers._common import (
-    IdMaker,
-    Loaded,
-    SessionBuilder,
-    Source,
-    pick_sessions,
-    short,
-)
+from cairn.replay.importers._session_builder import Loaded, SessionBuilder
+from cairn.replay.importers._source import IdMaker, Source, pick_sessions, short
 from cairn.replay.session import SessionImportError
 from cairn.store.jsonl.reader import parse_transcript
 from cairn.store.records import MessageRecord

@@ -49,23 +49,27 @@ from fnmatch import fnmatchcase
 from typing import cast
 
 from cairn.messages import ContentPart, Message, MessageMeta, TextPart, ToolCall, Usage
-from cairn.replay.importers._common import (
-    Draft,
-    IdMaker,
+from cairn.replay.importers._conversion import (
     Injected,
-    Loaded,
-    RecordError,
-    SessionBuilder,
-    Source,
     content_part,
     content_parts,
     count,
+    injected_runs,
+    make_content,
+)
+from cairn.replay.importers._session_builder import (
+    Draft,
+    Loaded,
+    SessionBuilder,
+    mark_context_not_recorded,
+)
+from cairn.replay.importers._source import (
+    IdMaker,
+    RecordError,
+    Source,
     describe,
     dump_json,
-    injected_runs,
     kind_of,
-    make_content,
-    mark_context_not_recorded,
     opt_str,
     pick_sessions,
     short,

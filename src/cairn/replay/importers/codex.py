@@ -45,22 +45,22 @@ from typing import cast
 import orjson
 
 from cairn.messages import Content, ContentPart, Message, MessageMeta, TextPart, ToolCall, Usage
-from cairn.replay.importers._common import (
-    Draft,
-    IdMaker,
+from cairn.replay.importers._conversion import (
     Injected,
-    Loaded,
-    RecordError,
-    SessionBuilder,
-    Source,
     content_parts,
     count,
-    describe,
-    dump_json,
     injected_runs,
-    kind_of,
     make_content,
     nonzero_exit,
+)
+from cairn.replay.importers._session_builder import Draft, Loaded, SessionBuilder
+from cairn.replay.importers._source import (
+    IdMaker,
+    RecordError,
+    Source,
+    describe,
+    dump_json,
+    kind_of,
     opt_dict,
     opt_str,
     pick_sessions,

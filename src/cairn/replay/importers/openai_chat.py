@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import cast
 
 from cairn.messages import JSONObject
-from cairn.replay.importers._common import (
+from cairn.replay.importers._conversion import chat_message
+from cairn.replay.importers._session_builder import Loaded, SessionBuilder
+from cairn.replay.importers._source import (
     TOOL_ROOM,
     IdMaker,
-    Loaded,
     RecordError,
-    SessionBuilder,
     Source,
-    chat_message,
     expect_list,
     json_problem,
     kind_of,

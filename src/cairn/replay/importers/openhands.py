@@ -42,26 +42,26 @@ from cairn.messages import (
     TextPart,
     ToolCall,
 )
-from cairn.replay.importers._common import (
-    TOOL_ROOM,
-    BadLine,
-    Draft,
-    IdMaker,
-    Loaded,
-    RecordError,
-    SessionBuilder,
-    Source,
-    Warn,
+from cairn.replay.importers._conversion import (
     chat_message,
     content_parts,
+    make_content,
+    openai_usage,
+)
+from cairn.replay.importers._session_builder import Draft, Loaded, SessionBuilder
+from cairn.replay.importers._source import (
+    TOOL_ROOM,
+    BadLine,
+    IdMaker,
+    RecordError,
+    Source,
+    Warn,
     dump_json,
     expect_dict,
     first_bad,
     json_problem,
     kind_of,
     label_of,
-    make_content,
-    openai_usage,
     opt_dict,
     opt_str,
     pick_sessions,

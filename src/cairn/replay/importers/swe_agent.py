@@ -28,20 +28,17 @@ import re
 from collections.abc import Mapping
 
 from cairn.messages import Message, ToolCall
-from cairn.replay.importers._common import (
+from cairn.replay.importers._conversion import chat_message, content_parts, make_content
+from cairn.replay.importers._session_builder import Loaded, SessionBuilder
+from cairn.replay.importers._source import (
     IdMaker,
-    Loaded,
     RecordError,
-    SessionBuilder,
     Source,
-    chat_message,
-    content_parts,
     describe,
     dump_json,
     expect_dict,
     expect_list,
     kind_of,
-    make_content,
     opt_str,
     pick_sessions,
 )

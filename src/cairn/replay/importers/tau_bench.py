@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cairn.replay.importers._common import (
+from cairn.replay.importers._conversion import chat_message
+from cairn.replay.importers._session_builder import Loaded, SessionBuilder
+from cairn.replay.importers._source import (
     IdMaker,
-    Loaded,
     RecordError,
-    SessionBuilder,
     Source,
-    chat_message,
     expect_dict,
     expect_list,
     kind_of,
