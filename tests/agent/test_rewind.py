@@ -31,11 +31,11 @@ from cairn.store import (
     new_session_id,
 )
 from cairn.store.postgres import PostgresStoreFactory
+from cairn.testing import Answer, ScriptedProvider
 from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     postgres_server_fixture,
     postgres_url_fixture,
 )
-from scripted_provider import Answer, ScriptedProvider
 
 SUMMARY = "<summary>\n## Objective and constraints\nKeep the files.\n</summary>"
 

@@ -41,9 +41,9 @@ from cairn.store import (
     read_transcript,
 )
 from cairn.store.records import decode_line
+from cairn.testing import Answer, ScriptedProvider
 from cli_run import cairn_p
 from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
-from scripted_provider import Answer, ScriptedProvider
 
 Change = Literal["rename", "sed", "unlink"]
 CHANGES: tuple[Change, ...] = ("rename", "sed", "unlink")
