@@ -48,21 +48,6 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
 T = TypeVar("T")
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "secret.txt").write_text("top secret\n")
-    return folder
-
-
 def make_ctx(
     ws: Path,
     *,

@@ -31,8 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from soak import count, record
-
 from cairn.context import CompactionConfig, ContextPipeline
 from cairn.messages import JSONValue, find_orphans, system
 from cairn.provider import ModelConfig, OpenAIProvider
@@ -45,6 +43,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     ToolCallSpec,
     openai_server_fixture,
 )
+from reliability.soak import count, record
 
 CHILD = Path(__file__).with_name("kill_child.py")
 KILLS_PER_SESSION = 10

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from soak import count, record
 
 from cairn.messages import user
 from cairn.provider import (
@@ -58,6 +57,7 @@ from openai_server import (  # noqa: F401  (the ``openai_server`` fixture)
     ToolCallSpec,
     openai_server_fixture,
 )
+from reliability.soak import count, record
 
 #: The slowest a warm provider got the first content of a plain answer from
 #: the test server on a busy 2-core machine (six CPU hogs, every lane at once):

@@ -56,13 +56,6 @@ def echo(request: ChatRequest) -> Answer:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "project"
-    ws.mkdir()
-    return ws
-
-
-@pytest.fixture
 def runtime(tmp_path: Path, workspace: Path) -> Iterator[Runtime]:
     rt = Runtime(workspace, MODEL, ScriptedProvider(then=echo), home=tmp_path / "home")
     yield rt

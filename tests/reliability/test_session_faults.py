@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_kills import split_rounds, strict_provider
 
 from cairn.context import CompactionConfig, ContextPipeline
 from cairn.context.pipeline import CRASH_INTERRUPTED
@@ -34,6 +33,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     ToolCallSpec,
     openai_server_fixture,
 )
+from reliability.test_kills import split_rounds, strict_provider
 
 
 @pytest.fixture

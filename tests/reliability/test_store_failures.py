@@ -84,13 +84,6 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "project"
-    ws.mkdir()
-    return ws
-
-
 def env_for(server: OpenAIServer, home: Path) -> dict[str, str]:
     return {
         "CAIRN_MODEL": "test-model",

@@ -68,7 +68,6 @@ from cairn.store.postgres import (
 )
 from cairn.store.records import encode_line, record_to_dict
 from cairn.store.selection import mask_url
-from conftest import chat_round, tool_round
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
@@ -81,6 +80,7 @@ from postgres_server import (  # noqa: F401  (the fixtures register themselves b
     postgres_server_fixture,
     postgres_url_fixture,
 )
+from store.rounds import chat_round, tool_round
 
 #: Bounded waits for what another process or the server does; never a timing assertion.
 WAIT_S = 60.0

@@ -10,7 +10,6 @@ import asyncio
 import json
 from pathlib import Path
 
-from test_terminal_app import kinds, make_runtime, notices, submit, texts, until
 from textual.widgets import OptionList
 
 from cairn import AgentSession
@@ -24,6 +23,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     ToolCallSpec,
     openai_server_fixture,
 )
+from surfaces.terminal.test_terminal_app import kinds, make_runtime, notices, submit, texts, until
 
 
 async def test_an_at_path_completes_on_tab_and_the_sent_prompt_attaches_the_file(

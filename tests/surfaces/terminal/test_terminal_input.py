@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from test_terminal_app import kinds, make_runtime, notices, until
 from textual import events
 from textual.widgets import Static
 
@@ -21,6 +20,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     Reply,
     openai_server_fixture,
 )
+from surfaces.terminal.test_terminal_app import kinds, make_runtime, notices, until
 
 
 def user_prompts(server: OpenAIServer) -> list[Any]:

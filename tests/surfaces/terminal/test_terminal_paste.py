@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from test_terminal_app import kinds, make_runtime, rendered, until
 from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Collapsible
@@ -24,6 +23,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     Reply,
     openai_server_fixture,
 )
+from surfaces.terminal.test_terminal_app import kinds, make_runtime, rendered, until
 
 #: A common terminal.
 SIZE = (100, 40)

@@ -43,15 +43,13 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     ToolCallSpec,
     openai_server_fixture,
 )
-from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+from web_browser import (
     TOKEN,
     WAIT_MS,
     WebServer,
-    browser_fixture,
     busy,
     idle,
     load,
-    page_fixture,
     pane,
     paste,
     rows,
@@ -62,7 +60,6 @@ from web_browser import (  # noqa: F401  (the fixtures register themselves by im
     total_rows,
     wait_js,
     wait_text,
-    web_fixture,
 )
 
 #: The fork's summary: its first 31 characters have no newline, then come four (one \r\n).

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_web_server import ANSWER, Page, answering, make_client, page
 
 from cairn.agent.settings import Settings, StoreSettings
 from openai_server import (  # noqa: F401  (the fixture registers itself by import)
@@ -18,6 +17,7 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     openai_server_fixture,
 )
 from postgres_server import postgres_server_fixture, postgres_url_fixture  # noqa: F401
+from surfaces.web.test_web_server import ANSWER, Page, answering, make_client, page
 
 STORES = ["jsonl", "postgres"]
 

@@ -28,13 +28,11 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     ToolCallSpec,
     openai_server_fixture,
 )
-from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+from web_browser import (
     WebServer,
-    browser_fixture,
     busy,
     idle,
     load,
-    page_fixture,
     pane,
     rows,
     screenshot,
@@ -42,7 +40,6 @@ from web_browser import (  # noqa: F401  (the fixtures register themselves by im
     session_of,
     submit,
     wait_js,
-    web_fixture,
 )
 
 CONTEXT_FULL = "context full · compacts before the next request"

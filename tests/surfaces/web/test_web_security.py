@@ -49,16 +49,13 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
     Reply,
     openai_server_fixture,
 )
-from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+from web_browser import (
     TOKEN,
     WebServer,
-    browser_fixture,
     idle,
     load,
-    page_fixture,
     pane,
     submit,
-    web_fixture,
 )
 
 PROTOCOLS = [Subprotocol("cairn.v1"), Subprotocol(f"cairn.token.{TOKEN}")]
