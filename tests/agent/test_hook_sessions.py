@@ -23,8 +23,8 @@ from cairn.context import CompactionConfig
 from cairn.context.hooks import KIND_SESSION_START
 from cairn.messages import KIND_COMPACT_SUMMARY
 from cairn.provider import ModelConfig, OpenAIProvider
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

@@ -13,8 +13,8 @@ from cairn.agent.loop import run_turn
 from cairn.agent.session import PermissionDecision, Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -38,7 +38,7 @@ from cairn.agent.tools.todo import TodoWrite
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject, JSONValue, Message, ToolCall, assistant, tool_result
 from cairn.provider import ModelConfig, OpenAIProvider
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -44,13 +44,13 @@ from cairn.messages import (
 from cairn.provider import ModelConfig
 from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, MessageRecord, read_transcript
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
-from recording_listener import Events
+from support.recording_listener import Events
 
 SUMMARY = (
     "<summary>\n## Objective and constraints\nSurvey the modules; change nothing.\n"

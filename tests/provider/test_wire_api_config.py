@@ -24,7 +24,7 @@ from cairn.provider.anthropic_client import sdk_base_url
 from cairn.provider.registry import TokenCounts, lookup, price
 from cairn.surfaces.print_mode import PrintArgs, resolve_cli_model
 from cairn.wire_apis import ANTHROPIC_DEFAULT_MAX_TOKENS
-from cli_run import cairn_p
+from support.cli_run import cairn_p
 
 
 def resolve(

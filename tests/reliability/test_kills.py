@@ -37,13 +37,13 @@ from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.provider.request import chat_request
 from cairn.store import MessageRecord, read_transcript
 from cairn.store.paths import session_path
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from reliability.soak import count, record
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
-from reliability.soak import count, record
 
 CHILD = Path(__file__).with_name("kill_child.py")
 KILLS_PER_SESSION = 10

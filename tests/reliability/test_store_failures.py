@@ -39,8 +39,8 @@ from cairn.store.paths import session_path
 from cairn.store.postgres import PostgresStoreFactory
 from cairn.surfaces.print_mode import EXIT_STORE
 from cairn.testing import Answer, ScriptedProvider
-from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
-from postgres_server import new_server
+from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.postgres_server import new_server
 
 MODEL = ModelConfig(model="test-model", context_window=None)
 #: Runs ``cairn`` after making its disk small (``RLIMIT_FSIZE``) or its fsync fail (EIO).

@@ -68,19 +68,19 @@ from cairn.store.postgres import (
 )
 from cairn.store.records import encode_line, record_to_dict
 from cairn.store.selection import mask_url
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from store.rounds import chat_round, tool_round
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
-from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
+from support.postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     PostgresServer,
     new_server,
     postgres_server_fixture,
     postgres_url_fixture,
 )
-from store.rounds import chat_round, tool_round
 
 #: Bounded waits for what another process or the server does; never a timing assertion.
 WAIT_S = 60.0

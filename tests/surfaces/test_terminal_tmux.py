@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from cairn.agent.paste import FOLDED_HEAD_LINES
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -15,8 +15,8 @@ import pytest
 from acp.exceptions import RequestError
 from acp.schema import PermissionOption
 
-from acp_client import answering, arrived, connected, converse, is_fork, make_setup, since
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import answering, arrived, connected, converse, is_fork, make_setup, since
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -11,7 +11,8 @@ import itertools
 import threading
 from pathlib import Path
 
-from acp_client import (
+from cairn.surfaces.tail import stream_tail
+from support.acp_client import (
     ANSWER,
     SUMMARY,
     answering,
@@ -24,8 +25,7 @@ from acp_client import (
     make_setup,
     since,
 )
-from cairn.surfaces.tail import stream_tail
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

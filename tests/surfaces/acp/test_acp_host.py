@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acp_client import capabilities, connected, make_setup
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import capabilities, connected, make_setup
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from acp_client import Editor, answering, connected, converse, is_fork, make_setup
 from cairn.context.llm_summarizer import IMAGE_PLACEHOLDER as FORK_PLACEHOLDER
 from cairn.surfaces.acp.server import IMAGE_PLACEHOLDER, IMAGES_OFF_NOTICE
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import Editor, answering, connected, converse, is_fork, make_setup
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

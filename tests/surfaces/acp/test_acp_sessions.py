@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from acp.exceptions import RequestError
 
-from acp_client import Editor, answering, connected, converse, make_setup
 from cairn.agent.settings import Settings
 from cairn.store import JsonlStoreFactory, SessionRecord
 from cairn.store.paths import normalize_workspace
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import Editor, answering, connected, converse, make_setup
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     UsageSpec,

@@ -16,8 +16,8 @@ from typing import Any
 
 from acp import spawn_agent_process
 
-from acp_client import CAIRN_CLIENT, SUMMARY, EditorClient, capabilities, is_fork
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import CAIRN_CLIENT, SUMMARY, EditorClient, capabilities, is_fork
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

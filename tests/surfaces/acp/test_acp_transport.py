@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cairn.surfaces.acp.transport import MAX_LINE_BYTES, message_problem
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

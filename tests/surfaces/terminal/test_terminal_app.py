@@ -34,7 +34,7 @@ from cairn.surfaces.terminal.widgets import (
     PromptInput,
     ToolView,
 )
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -17,7 +17,7 @@ from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.app import REWIND_ARMED
 from cairn.surfaces.terminal.picker import RestoreChoice, RewindPicker
 from cairn.surfaces.terminal.widgets import MessageList, PromptInput, ToolView
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -15,7 +15,7 @@ from cairn.agent.commands import COMMANDS
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.view import USAGES
 from cairn.surfaces.terminal.widgets import PROMPT_LINES, PromptInput
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

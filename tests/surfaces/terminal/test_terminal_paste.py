@@ -18,7 +18,7 @@ from cairn import AgentSession
 from cairn.agent.paste import FOLDED_HEAD_LINES, PASTE_CHARS, PASTE_LINES, paste_label
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.widgets import EntryView, MessageList, PastedView, PromptInput
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

@@ -17,8 +17,8 @@ from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.view import EARLIER_STEP, HISTORY_PAGE
 from cairn.surfaces.terminal.widgets import EntryWidget, MessageList, PromptInput
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+from support.web_browser import (  # noqa: F401  (the fixtures register themselves by import)
     browser_fixture,
     page_fixture,
     web_fixture,

@@ -43,13 +43,13 @@ from websockets.typing import Origin, Subprotocol
 from cairn.messages import user
 from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.web.server import CLOSE_TOO_SLOW
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
 )
-from web_browser import (
+from support.web_browser import (
     TOKEN,
     WebServer,
     idle,

@@ -23,8 +23,8 @@ from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.web import WebSetup, create_app
 from cairn.surfaces.web.frames import usage_json
 from cairn.surfaces.web.hub import HISTORY_LIMIT_MAX, HISTORY_PAGE
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
