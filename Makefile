@@ -54,7 +54,7 @@ chromium:
 		$(SUDO) apt-get install -y -q --no-install-recommends chromium; }
 
 # PostgreSQL's server, from Debian's packages: the PostgreSQL store's tests and its
-# benchmark start a throwaway server of their own from it (tests/postgres_server.py),
+# benchmark start a throwaway server of their own from it (tests/support/postgres_server.py),
 # on a Unix socket in a temporary folder.
 postgresql:
 	@{ [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb || \

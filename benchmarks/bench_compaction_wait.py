@@ -8,7 +8,7 @@ Long interactive sessions through the real agent loop (``run_turn``, one
 turn after another in one event loop): each turn pastes a build log (a
 user's message, which snip never elides) and the model reruns its step with
 a real ``bash`` call that takes 0.5–5 s, then answers. The model is the
-local OpenAI-compatible server of the tests (``tests/openai_server.py``)
+local OpenAI-compatible server of the tests (``tests/support/openai_server.py``)
 with realistic timing: every answer starts after a first-byte delay of 1–2 s
 and streams at 30–60 tokens/s, the summary (about 600 tokens) included. For
 each window (16k, 32k, 128k), the same seeded session runs with
@@ -66,8 +66,8 @@ from cairn.replay.continuity import SessionSoFar, check_continuity
 from cairn.store import CompactionRecord, MessageRecord, read_transcript
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from counting_provider import prompt_tokens  # the tests' helpers
-from openai_server import OpenAIServer, Reply, ToolCallSpec
+from support.counting_provider import prompt_tokens  # the tests' helpers
+from support.openai_server import OpenAIServer, Reply, ToolCallSpec
 
 RESULTS = Path(__file__).resolve().parent / "results" / "compaction_wait.json"
 SUMMARY = (

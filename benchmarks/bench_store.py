@@ -30,7 +30,7 @@ the other work on the machine), on the same records:
    clock for the whole machine.
 
 The PostgreSQL server is a throwaway one, started by the tests' own code
-(``tests/postgres_server.py``): PostgreSQL's defaults (``fsync`` on), reached
+(``tests/support/postgres_server.py``): PostgreSQL's defaults (``fsync`` on), reached
 through a Unix socket. The targets — PostgreSQL append p99 ≤ 5 ms (a record
 per message must go unnoticed beside a model's reply) and checkpoint p99 ≤
 50 ms — are printed as PASS/MISS, never enforced: these machines are noisy.
@@ -73,7 +73,7 @@ from cairn.store.postgres import PostgresStoreFactory
 from cairn.store.records import encode_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from postgres_server import PostgresServer, ServerMissingError
+from support.postgres_server import PostgresServer, ServerMissingError
 
 APPENDS = 2_000
 CHECKPOINTS = 200

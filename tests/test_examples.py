@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cairn.messages import Message
 from cairn.store import MessageRecord, read_transcript
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

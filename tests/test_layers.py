@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cairn.messages", "cairn.durable", "cairn.prompts"),
     ("cairn.tokens",),
     ("cairn.store",),
-    ("cairn.provider",),
+    ("cairn.provider", "cairn.testing"),
     ("cairn.context",),
     ("cairn.agent",),
     ("cairn.replay",),

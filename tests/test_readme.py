@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
@@ -70,3 +70,15 @@ def test_readme_agent_example_runs_against_the_local_server(
     assert any(line.startswith("usage: SessionUsage(latest_total_tokens=") for line in lines)
     # One exchange: the compaction runs, and its result would not be smaller (a notice).
     assert any("not smaller" in line and "ok=True" in line for line in lines)
+
+
+def test_readme_testing_example_runs_the_agent_on_the_scripted_provider(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", example("testing")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["tool result sent: True", "answer: The notes say 42."]

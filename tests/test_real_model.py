@@ -21,8 +21,8 @@ import pytest
 from cairn.context.ledger import normalize_ledger
 from cairn.context.llm_summarizer import extract_summary
 from cairn.store import CompactionRecord, read_transcript
-from cli_run import cairn_p
-from llama_server import (  # noqa: F401  (the fixtures register themselves by import)
+from support.cli_run import cairn_p
+from support.llama_server import (  # noqa: F401  (the fixtures register themselves by import)
     DEADLINE_S,
     FIRST_BYTE_TIMEOUT_S,
     N_CTX,

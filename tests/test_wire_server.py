@@ -19,7 +19,7 @@ import anthropic
 import openai
 import pytest
 
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     ErrorSpec,
     OpenAIServer,
     Reply,

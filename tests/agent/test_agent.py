@@ -25,8 +25,8 @@ from cairn.provider import ModelConfig
 from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, MessageRecord, Record, read_transcript
 from cairn.wire_apis import BASE_URL_ENV
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

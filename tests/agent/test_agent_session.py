@@ -24,7 +24,7 @@ from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, read_transcript
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
@@ -53,7 +53,7 @@ def is_fork(body: dict[str, Any]) -> bool:
     return last["role"] == "user" and "TEXT ONLY" in str(last.get("content"))
 
 
-def test_a_surface_drives_a_session_through_the_facade_alone(
+async def test_a_surface_drives_a_session_through_the_facade_alone(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     write = json.dumps({"path": "a.txt", "content": "A"})
@@ -73,29 +73,27 @@ def test_a_surface_drives_a_session_through_the_facade_alone(
     agent = AgentSession.new(rt)
     seen: list[Event] = []
 
-    async def scenario() -> None:
-        async def watch() -> None:
-            async for event in agent.events():
-                seen.append(event)
-                if isinstance(event, PermissionRequested):
-                    # While the tool waits, the guard holds: no switching away.
-                    assert agent.status == "tools"
-                    with pytest.raises(SessionBusyError, match="is tools"):
-                        agent.clear()
-                    with pytest.raises(SessionBusyError):
-                        await agent.prompt("and another thing")
-                    assert agent.answer(event.id, "allow_once")
+    async def watch() -> None:
+        async for event in agent.events():
+            seen.append(event)
+            if isinstance(event, PermissionRequested):
+                # While the tool waits, the guard holds: no switching away.
+                assert agent.status == "tools"
+                with pytest.raises(SessionBusyError, match="is tools"):
+                    agent.clear()
+                with pytest.raises(SessionBusyError):
+                    await agent.prompt("and another thing")
+                assert agent.answer(event.id, "allow_once")
 
-        watcher = asyncio.create_task(watch())
-        await asyncio.sleep(0)
-        result = await asyncio.wait_for(agent.prompt("write a.txt"), 60)
-        assert result.text == "Wrote a.txt."
-        outcome = await agent.compact("keep the file name")
-        assert outcome.ok, outcome.text
-        rt.close()  # closes the event stream too
-        await asyncio.wait_for(watcher, 5)
+    watcher = asyncio.create_task(watch())
+    await asyncio.sleep(0)
+    result = await asyncio.wait_for(agent.prompt("write a.txt"), 60)
+    assert result.text == "Wrote a.txt."
+    outcome = await agent.compact("keep the file name")
+    assert outcome.ok, outcome.text
+    rt.close()  # closes the event stream too
+    await asyncio.wait_for(watcher, 5)
 
-    asyncio.run(scenario())
     assert (rt.workspace / "a.txt").read_text() == "A"
     assert sorted(p.name for p in rt.workspace.iterdir()) == ["a.txt", "notes.txt"]
     assert agent.status == "idle"
@@ -228,7 +226,7 @@ def test_cancel_during_an_automatic_compaction_stops_the_turn_and_sends_nothing(
     assert agent.status == "idle"
 
 
-def test_cancel_stops_a_response_whose_server_has_gone_quiet(
+async def test_cancel_stops_a_response_whose_server_has_gone_quiet(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     """A cancel does not wait for the next chunk: a server still reading a long
@@ -247,7 +245,7 @@ def test_cancel_stops_a_response_whose_server_has_gone_quiet(
 
     agent.on_event(watch)
 
-    async def scenario() -> None:
+    try:
         turn = asyncio.ensure_future(agent.prompt("tell me"))
         await asyncio.wait_for(streamed.wait(), 10)
         agent.cancel()
@@ -255,9 +253,6 @@ def test_cancel_stops_a_response_whose_server_has_gone_quiet(
         result = await asyncio.wait_for(turn, 10)
         assert result.aborted
         assert agent.status == "idle"
-
-    try:
-        asyncio.run(scenario())
     finally:
         quiet.set()
     kept = [m for m in agent.ui_messages() if m.role == "assistant"]

@@ -48,8 +48,8 @@ from cairn.provider.registry import ModelOverride, TokenCounts
 from cairn.store import CompactionRecord, read_transcript
 from cairn.surfaces.acp.updates import COMMANDS as ACP_COMMANDS
 from cairn.surfaces.terminal.view import complete
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -37,8 +37,8 @@ from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.messages import ToolCall, assistant, tool_result, user
 from cairn.provider import ModelConfig, OpenAIProvider
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -26,7 +26,7 @@ from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import MessageRecord, read_transcript
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
@@ -209,7 +209,7 @@ def test_a_bang_command_asks_permission_as_bash_does_and_a_refusal_runs_nothing(
 # -- queued prompts --------------------------------------------------------
 
 
-def test_a_prompt_sent_while_the_agent_works_is_queued_editable_and_sent_when_the_turn_ends(
+async def test_a_prompt_sent_while_the_agent_works_is_queued_editable_and_sent_when_the_turn_ends(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     release = threading.Event()
@@ -221,7 +221,7 @@ def test_a_prompt_sent_while_the_agent_works_is_queued_editable_and_sent_when_th
     seen: list[Event] = []
     rt.current.events.on(seen.append)
 
-    async def scenario() -> tuple[Any, Any, Any]:
+    try:
         running = asyncio.create_task(agent.send("first"))
         await _until(lambda: first.started.is_set())
         queued = await agent.send("second, draft")
@@ -230,10 +230,7 @@ def test_a_prompt_sent_while_the_agent_works_is_queued_editable_and_sent_when_th
         assert agent.edit_queued(queued.queued.id, "second")
         assert agent.unqueue(dropped.queued.id) == dropped.queued
         release.set()
-        return await running, queued, dropped
-
-    try:
-        done, _, _ = asyncio.run(scenario())
+        done, _, _ = await running, queued, dropped
     finally:
         release.set()
         rt.close()
@@ -250,7 +247,7 @@ def test_a_prompt_sent_while_the_agent_works_is_queued_editable_and_sent_when_th
     assert agent.queued == ()
 
 
-def test_a_cancel_keeps_the_queue_for_the_user_to_edit(
+async def test_a_cancel_keeps_the_queue_for_the_user_to_edit(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     release = threading.Event()
@@ -261,15 +258,12 @@ def test_a_cancel_keeps_the_queue_for_the_user_to_edit(
     seen: list[Event] = []
     rt.current.events.on(seen.append)
 
-    async def scenario() -> Any:
+    try:
         running = asyncio.create_task(agent.send("first"))
         await _until(lambda: first.started.is_set())
         await agent.send("then this")
         agent.cancel()
-        return await asyncio.wait_for(running, 60)  # a bound: without the cancel it hangs
-
-    try:
-        done = asyncio.run(scenario())
+        done = await asyncio.wait_for(running, 60)  # a bound: without the cancel it hangs
     finally:
         release.set()
         rt.close()
@@ -337,7 +331,7 @@ def test_added_messages_are_published_in_order_for_a_mention(
     assert roles == ["user", "assistant", "tool", "assistant"]
 
 
-def test_a_mentioned_file_is_restored_after_a_compaction_like_a_read(
+async def test_a_mentioned_file_is_restored_after_a_compaction_like_a_read(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(
@@ -347,13 +341,11 @@ def test_a_mentioned_file_is_restored_after_a_compaction_like_a_read(
     (rt.workspace / "RULES.md").write_text("Rule 7: never push on Fridays.\n")
     agent = AgentSession.new(rt)
 
-    async def scenario() -> Any:
-        await agent.prompt("follow @RULES.md")
-        for n in range(3):
-            await agent.prompt(f"step {n}")
-        return await agent.compact()
+    await agent.prompt("follow @RULES.md")
+    for n in range(3):
+        await agent.prompt(f"step {n}")
+    outcome = await agent.compact()
 
-    outcome = asyncio.run(scenario())
     context = list(rt.current.api_messages)
     rt.close()
     assert outcome.compaction is not None, outcome.text
@@ -361,7 +353,7 @@ def test_a_mentioned_file_is_restored_after_a_compaction_like_a_read(
     assert restored and "Rule 7: never push on Fridays." in restored[0].text
 
 
-def test_lines_queued_during_a_command_go_when_it_ends_and_a_queued_command_says_its_result(
+async def test_lines_queued_during_a_command_go_when_it_ends_and_a_queued_command_says_its_result(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(lambda body: Reply(text="Fine."))
@@ -370,14 +362,12 @@ def test_lines_queued_during_a_command_go_when_it_ends_and_a_queued_command_says
     seen: list[Event] = []
     rt.current.events.on(seen.append)
 
-    async def scenario() -> Any:
-        running = asyncio.create_task(agent.send("!sleep 0.2; echo slept"))
-        await _until(lambda: agent.busy)
-        await agent.send("/status")
-        await agent.send("and now?")
-        return await running
+    running = asyncio.create_task(agent.send("!sleep 0.2; echo slept"))
+    await _until(lambda: agent.busy)
+    await agent.send("/status")
+    await agent.send("and now?")
+    ran = await running
 
-    ran = asyncio.run(scenario())
     rt.close()
     assert ran.shell is not None and "slept" in ran.shell.output
     assert agent.queued == ()

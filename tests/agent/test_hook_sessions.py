@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_hooks import ESCAPE, escaped_child, hooks_of, script, wait_gone
 
+from agent.test_hooks import ESCAPE, escaped_child, hooks_of, script, wait_gone
 from cairn.agent.commands import run_command
 from cairn.agent.events import Event, MessageAdded, Notice
 from cairn.agent.loop import run_turn
@@ -23,8 +23,8 @@ from cairn.context import CompactionConfig
 from cairn.context.hooks import KIND_SESSION_START
 from cairn.messages import KIND_COMPACT_SUMMARY
 from cairn.provider import ModelConfig, OpenAIProvider
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
@@ -54,13 +54,6 @@ def workspace(tmp_path: Path) -> Path:
     ws.mkdir()
     (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     return ws
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "bin"
-    directory.mkdir()
-    return directory
 
 
 def runtime(workspace: Path, server: OpenAIServer, home: Path, hooks: HooksSettings) -> Runtime:

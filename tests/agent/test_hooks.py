@@ -66,20 +66,6 @@ def hooks_of(
     return HooksSettings.model_validate(raw)
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "bin"
-    directory.mkdir()
-    return directory
-
-
 def runner(settings: HooksSettings, ws: Path) -> HookRunner:
     return HookRunner(
         settings,

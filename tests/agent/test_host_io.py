@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_tools import call, make_ctx, run
 
 import cairn.agent.tools.bash as bash_module
+from agent.test_tools import call, make_ctx, run
 from cairn.agent.runtime import Runtime
 from cairn.agent.tools.base import ToolContext, ToolResult
 from cairn.agent.tools.bash import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, Bash, BashOutput
@@ -32,22 +32,6 @@ from cairn.agent.tools.host_io import (
 )
 from cairn.messages import ToolCall
 from cairn.provider import ModelConfig, OpenAIProvider
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "secret.txt").write_text("top secret\n")
-    return folder
-
 
 # ---------------------------------------------------------------------------
 # Fake hosts

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from acp_client import connected, make_setup
 from cairn.agent.events import Event, Notice
 from cairn.agent.instructions import (
     MAX_IMPORT_DEPTH,
@@ -34,8 +33,9 @@ from cairn.context.calibration import calibrated_tokens
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, read_transcript
 from cairn.surfaces.web.panes import WebSetup
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import connected, make_setup
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

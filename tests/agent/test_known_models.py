@@ -27,8 +27,8 @@ from cairn.provider import ModelConfig, OpenAIProvider, lookup, window_notice
 from cairn.provider.config import NO_WINDOW_NOTICE
 from cairn.store import CompactionRecord, read_transcript
 from cairn.surfaces.setup import load_cli_model
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     UsageSpec,

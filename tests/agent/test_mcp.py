@@ -1,6 +1,6 @@
 """MCP servers in sessions (issue 26 item 2), against real servers built with the SDK.
 
-``tests/mcp_server.py`` is a real MCP server (the SDK's ``MCPServer``),
+``tests/support/mcp_server.py`` is a real MCP server (the SDK's ``MCPServer``),
 started by Cairn as a subprocess over stdio, or by the test over streamable
 HTTP on 127.0.0.1; the model is the scripted OpenAI-compatible server. No
 part of the SDK is mocked, and nothing here asserts how long anything takes:
@@ -36,14 +36,14 @@ from cairn.agent.tools.permissions import is_allowed
 from cairn.context import FixedContext
 from cairn.messages import Message
 from cairn.provider import ModelConfig, OpenAIProvider
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
 
-SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
+SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_server.py"
 #: A deadline for waiting on something that should happen at once: ten times
 #: anything seen on a loaded two-core machine.
 PATIENCE_S = 120.0

@@ -23,7 +23,7 @@ from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, open_provider
 from cairn.store import CompactionRecord, read_transcript
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -31,11 +31,11 @@ from cairn.store import (
     new_session_id,
 )
 from cairn.store.postgres import PostgresStoreFactory
-from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
+from cairn.testing import Answer, ScriptedProvider
+from support.postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     postgres_server_fixture,
     postgres_url_fixture,
 )
-from scripted_provider import Answer, ScriptedProvider
 
 SUMMARY = "<summary>\n## Objective and constraints\nKeep the files.\n</summary>"
 
@@ -118,6 +118,14 @@ FILE_PLANS = {
 }
 
 
+def file_plans_session(tmp_path: Path) -> tuple[Script, Runtime, AgentSession]:
+    """A new session answered by ``FILE_PLANS``, its workspace holding ``keep.txt`` (``K0``)."""
+    script = Script(FILE_PLANS)
+    rt = make_runtime(tmp_path, script)
+    (rt.workspace / "keep.txt").write_text("K0")
+    return script, rt, AgentSession.new(rt)
+
+
 def run_prompts(rt: Runtime, agent: AgentSession, prompts: list[str]) -> dict[str, list[Message]]:
     """Send each prompt; the API context just before each, by prompt."""
     before: dict[str, list[Message]] = {}
@@ -180,10 +188,7 @@ def test_rewinding_restores_written_edited_and_created_files_and_names_bash(
 
 
 def test_rewinding_the_conversation_only_leaves_the_files(tmp_path: Path) -> None:
-    script = Script(FILE_PLANS)
-    rt = make_runtime(tmp_path, script)
-    (rt.workspace / "keep.txt").write_text("K0")
-    agent = AgentSession.new(rt)
+    _, rt, agent = file_plans_session(tmp_path)
     before = run_prompts(rt, agent, ["one", "two", "three"])
     point = agent.prompt_points()[1]
     outcome = agent.rewind(point.id, restore_files=False)
@@ -194,10 +199,7 @@ def test_rewinding_the_conversation_only_leaves_the_files(tmp_path: Path) -> Non
 
 
 def test_the_branch_sends_the_request_the_original_sent_at_that_point(tmp_path: Path) -> None:
-    script = Script(FILE_PLANS)
-    rt = make_runtime(tmp_path, script)
-    (rt.workspace / "keep.txt").write_text("K0")
-    agent = AgentSession.new(rt)
+    script, rt, agent = file_plans_session(tmp_path)
     run_prompts(rt, agent, ["one"])
     first_of_two = len(script.provider.requests)
     run_prompts(rt, agent, ["two", "three"])
@@ -224,10 +226,7 @@ def test_a_file_too_large_to_save_is_named_not_restorable(tmp_path: Path) -> Non
 
 
 def test_snapshots_live_in_the_session_folder_never_in_the_workspace(tmp_path: Path) -> None:
-    script = Script(FILE_PLANS)
-    rt = make_runtime(tmp_path, script)
-    (rt.workspace / "keep.txt").write_text("K0")
-    agent = AgentSession.new(rt)
+    _, rt, agent = file_plans_session(tmp_path)
     run_prompts(rt, agent, ["one", "two"])
     folder = rt.current.session_dir / SNAPSHOTS_DIR
     assert (folder / "index.jsonl").is_file() and any((folder / "blobs").iterdir())
@@ -426,10 +425,7 @@ def test_a_branch_reads_the_outputs_its_copied_messages_saved_in_earlier_session
 
 
 def test_the_fork_and_rewind_commands(tmp_path: Path) -> None:
-    script = Script(FILE_PLANS)
-    rt = make_runtime(tmp_path, script)
-    (rt.workspace / "keep.txt").write_text("K0")
-    agent = AgentSession.new(rt)
+    _, rt, agent = file_plans_session(tmp_path)
     run_prompts(rt, agent, ["one", "two"])
     original = agent.id
     forked = asyncio.run(agent.command("/fork"))
@@ -468,10 +464,7 @@ def test_rewind_and_fork_respect_the_session_guard(tmp_path: Path) -> None:
 def test_a_branch_that_cannot_be_written_leaves_no_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = Script(FILE_PLANS)
-    rt = make_runtime(tmp_path, script)
-    (rt.workspace / "keep.txt").write_text("K0")
-    agent = AgentSession.new(rt)
+    _, rt, agent = file_plans_session(tmp_path)
     run_prompts(rt, agent, ["one", "two"])
     stored = transcript_bytes(rt, agent.id)
 

@@ -53,13 +53,6 @@ def write(path: Path, text: str) -> Path:
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
 def home(tmp_path: Path) -> Path:
     directory = tmp_path / "home" / ".cairn"
     directory.mkdir(parents=True)

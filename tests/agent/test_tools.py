@@ -38,7 +38,7 @@ from cairn.agent.tools.workspace import (
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject, JSONValue, Message, ToolCall, assistant, tool_result
 from cairn.provider import ModelConfig, OpenAIProvider
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
@@ -46,21 +46,6 @@ from openai_server import (  # noqa: F401  (the fixture registers itself by impo
 )
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "secret.txt").write_text("top secret\n")
-    return folder
 
 
 def make_ctx(

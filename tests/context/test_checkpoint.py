@@ -52,7 +52,7 @@ from cairn.messages import (
 )
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.tokens import estimate_message_tokens, estimate_tokens
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,

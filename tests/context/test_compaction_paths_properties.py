@@ -70,7 +70,7 @@ from cairn.replay.continuity import SessionSoFar, check_continuity
 from cairn.replay.engine import read_saved
 from cairn.store import CompactionRecord, ErrorRecord, read_transcript
 from cairn.tokens import estimate_message_tokens
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from cairn.context import CompactionConfig
 from cairn.store import CompactionRecord, ContextEditRecord, HandoffRecord, read_transcript
-from fix_add_session import is_fork, play
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.fix_add_session import is_fork, play
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     every_api_server_fixture,
 )

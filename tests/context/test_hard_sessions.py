@@ -74,7 +74,7 @@ from cairn.provider import ModelConfig
 from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, ErrorRecord, Record, read_transcript
 from cairn.wire_apis import WireAPI
-from counting_provider import (
+from support.counting_provider import (
     DENSITIES,
     FORK_FAILURES,
     FORK_MARK,
@@ -90,7 +90,7 @@ from counting_provider import (
     message_tokens,
     split_calls,
 )
-from openai_server import PROXY_VARS, OpenAIServer, Reply, ToolCallSpec
+from support.openai_server import PROXY_VARS, OpenAIServer, Reply, ToolCallSpec
 
 #: Examples per run of the property test; ``CAIRN_HARD_SESSIONS_EXAMPLES`` overrides it.
 DEFAULT_EXAMPLES = 30

@@ -49,14 +49,14 @@ from cairn.provider import (
 )
 from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, ErrorRecord, read_transcript
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     UsageSpec,
     every_api_server_fixture,
 )
-from recording_listener import Events
+from support.recording_listener import Events
 
 SUMMARY = (
     "<analysis>scratch: the user wants the CSV bug fixed</analysis>\n<summary>\n"

@@ -44,13 +44,13 @@ from cairn.messages import (
 from cairn.provider import ModelConfig
 from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, MessageRecord, read_transcript
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
-from recording_listener import Events
+from support.recording_listener import Events
 
 SUMMARY = (
     "<summary>\n## Objective and constraints\nSurvey the modules; change nothing.\n"
@@ -181,20 +181,18 @@ class SwitchesAway(Events):
 # ---------------------------------------------------------------------------
 
 
-def test_a_summary_prepared_in_the_band_is_committed_at_the_line_without_a_model_call(
+async def test_a_summary_prepared_in_the_band_is_committed_at_the_line_without_a_model_call(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     events = Events()
     p = make(tmp_path, openai_server, events=events)
     openai_server.respond_with(lambda body: Reply(text=SUMMARY) if is_fork(body) else None)
 
-    async def scenario() -> tuple[CheckResult, int | None]:
-        async def ready(_: int) -> None:
-            await until(lambda: p.prepared == "ready", "ready")
+    async def ready(_: int) -> None:
+        await until(lambda: p.prepared == "ready", "ready")
 
-        return await grow(p, on_prepare=ready)
+    result, started = await grow(p, on_prepare=ready)
 
-    result, started = asyncio.run(scenario())
     assert started is not None
     [record] = compactions(p)
     assert record.precomputed and record.rounds_after >= 1 and record.strategy == "llm"
@@ -277,7 +275,7 @@ def _handoffs(messages: list[Message]) -> int:
     return sum(m.meta.kind == KIND_HANDOFF for m in messages)
 
 
-def test_not_ready_at_the_line_the_check_waits_for_it_with_the_hint_and_tail(
+async def test_not_ready_at_the_line_the_check_waits_for_it_with_the_hint_and_tail(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     events = Events()
@@ -290,18 +288,16 @@ def test_not_ready_at_the_line_the_check_waits_for_it_with_the_hint_and_tail(
 
     openai_server.respond_with(model)
 
-    async def scenario() -> tuple[CheckResult, int | None]:
-        async def slow(_: int) -> None:
-            # Released only once the line waits for it (the hint is up).
-            async def later() -> None:
-                await until(lambda: ("state", True) in events.log, "waited")
-                release.set()
+    async def slow(_: int) -> None:
+        # Released only once the line waits for it (the hint is up).
+        async def later() -> None:
+            await until(lambda: ("state", True) in events.log, "waited")
+            release.set()
 
-            asyncio.get_running_loop().create_task(later())
+        asyncio.get_running_loop().create_task(later())
 
-        return await grow(p, on_prepare=slow)
+    _, started = await grow(p, on_prepare=slow)
 
-    _, started = asyncio.run(scenario())
     [record] = compactions(p)
     assert record.precomputed and started is not None
     assert sum(is_fork(b) for b in openai_server.bodies) == 1  # waited, no second fork
@@ -363,7 +359,7 @@ def test_a_switch_while_the_line_waits_for_it_writes_nothing_and_sends_no_second
     p.close()
 
 
-def test_a_failed_summary_in_the_background_leaves_today_s_path_at_the_line(
+async def test_a_failed_summary_in_the_background_leaves_today_s_path_at_the_line(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     p = make(tmp_path, openai_server)
@@ -374,13 +370,11 @@ def test_a_failed_summary_in_the_background_leaves_today_s_path_at_the_line(
 
     openai_server.respond_with(model)
 
-    async def scenario() -> tuple[CheckResult, int | None]:
-        async def settled(_: int) -> None:
-            await until(lambda: p.prepared is None, "settled")
+    async def settled(_: int) -> None:
+        await until(lambda: p.prepared is None, "settled")
 
-        return await grow(p, on_prepare=settled)
+    _, started = await grow(p, on_prepare=settled)
 
-    _, started = asyncio.run(scenario())
     [record] = compactions(p)
     # The line asked again (today's path) and got its summary.
     assert not record.precomputed and record.strategy == "llm"
@@ -388,7 +382,7 @@ def test_a_failed_summary_in_the_background_leaves_today_s_path_at_the_line(
     p.close()
 
 
-def test_nothing_is_written_before_the_line_and_a_manual_compact_cancels_it(
+async def test_nothing_is_written_before_the_line_and_a_manual_compact_cancels_it(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     p = make(tmp_path, openai_server)
@@ -401,16 +395,14 @@ def test_nothing_is_written_before_the_line_and_a_manual_compact_cancels_it(
     openai_server.respond_with(model)
     seen: dict[str, object] = {}
 
-    async def scenario() -> None:
-        await into_the_band(p, held)
-        before = p.transcript_path.read_bytes()
-        await asyncio.sleep(0.2)  # the fork streams in the background
-        seen["unchanged"] = p.transcript_path.read_bytes() == before
-        outcome = await p.compact(FIXED, instructions="keep the module list")
-        seen["outcome"] = outcome
-        seen["left"] = await asyncio.to_thread(held.client_left.wait, 10)
+    await into_the_band(p, held)
+    before = p.transcript_path.read_bytes()
+    await asyncio.sleep(0.2)  # the fork streams in the background
+    seen["unchanged"] = p.transcript_path.read_bytes() == before
+    outcome = await p.compact(FIXED, instructions="keep the module list")
+    seen["outcome"] = outcome
+    seen["left"] = await asyncio.to_thread(held.client_left.wait, 10)
 
-    asyncio.run(scenario())
     assert seen["unchanged"] is True  # nothing written while it was prepared
     assert seen["left"] is True  # the background fork was cancelled
     [record] = compactions(p)
@@ -419,7 +411,7 @@ def test_nothing_is_written_before_the_line_and_a_manual_compact_cancels_it(
     p.close()
 
 
-def test_cancel_and_close_drop_it_without_a_write(
+async def test_cancel_and_close_drop_it_without_a_write(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     held = Reply(text=SUMMARY, stall_after=2)
@@ -427,16 +419,14 @@ def test_cancel_and_close_drop_it_without_a_write(
     p = make(tmp_path, openai_server)
     states: list[object] = []
 
-    async def scenario() -> None:
-        await into_the_band(p, held)
-        before = p.transcript_path.read_bytes()
-        p.cancel_compaction()  # Esc: the background summary goes too
-        states.append(p.prepared)
-        states.append(await asyncio.to_thread(held.client_left.wait, 10))
-        await asyncio.sleep(0.05)
-        states.append(p.transcript_path.read_bytes() == before)
+    await into_the_band(p, held)
+    before = p.transcript_path.read_bytes()
+    p.cancel_compaction()  # Esc: the background summary goes too
+    states.append(p.prepared)
+    states.append(await asyncio.to_thread(held.client_left.wait, 10))
+    await asyncio.sleep(0.05)
+    states.append(p.transcript_path.read_bytes() == before)
 
-    asyncio.run(scenario())
     assert states == [None, True, True]
     assert compactions(p) == []
     p.close()
@@ -749,7 +739,7 @@ def test_join_rounds_after_trims_the_tail_kept_at_p_never_the_rounds_since() -> 
     assert none is None and why == "3 messages"  # the rounds since never yield
 
 
-def test_precompact_runs_when_it_starts_session_start_and_post_compact_when_it_commits(
+async def test_precompact_runs_when_it_starts_session_start_and_post_compact_when_it_commits(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     log = tmp_path / "order.log"
@@ -779,14 +769,12 @@ def test_precompact_runs_when_it_starts_session_start_and_post_compact_when_it_c
     openai_server.respond_with(lambda body: Reply(text=SUMMARY) if is_fork(body) else None)
     before_line: list[str] = []
 
-    async def scenario() -> None:
-        async def ready(_: int) -> None:
-            await until(lambda: p.prepared == "ready", "ready")
-            before_line.extend(log.read_text().split())
+    async def ready(_: int) -> None:
+        await until(lambda: p.prepared == "ready", "ready")
+        before_line.extend(log.read_text().split())
 
-        await grow(p, on_prepare=ready)
+    await grow(p, on_prepare=ready)
 
-    asyncio.run(scenario())
     [record] = compactions(p)
     assert record.precomputed
     assert before_line == ["pre"]  # at the start, with trigger "auto"

@@ -65,21 +65,6 @@ class Source:
         return self.tasks
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    directory = tmp_path / "outside"
-    directory.mkdir()
-    (directory / "secret.txt").write_text("top secret\n")
-    return directory
-
-
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

@@ -33,8 +33,8 @@ from cairn.messages import Usage
 from cairn.provider.registry import TokenCounts, lookup, price
 from cairn.store import CompactionRecord, read_transcript
 from cairn.wire_apis import WireAPI
-from fix_add_session import is_fork, play
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.fix_add_session import is_fork, play
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     CacheStat,
     OpenAIServer,
     RecordedRequest,

@@ -44,7 +44,7 @@ from cairn.provider import (
 from cairn.provider.errors import ProviderTimeoutError
 from cairn.provider.factory import open_provider
 from cairn.provider.streaming import StreamingProvider
-from openai_server import (
+from support.openai_server import (
     DEFAULT_TEXT,
     ErrorSpec,
     OpenAIServer,
@@ -1204,7 +1204,7 @@ def test_cairn_p_prints_an_answer_holding_a_lone_surrogate_escape(
     tmp_path: Any, openai_server: OpenAIServer, output_format: str
 ) -> None:
     """Regression: the model's ``\\ud800`` crashed ``--output-format json`` with a traceback."""
-    from cli_run import cairn_p
+    from support.cli_run import cairn_p
 
     workspace, home = tmp_path / "ws", tmp_path / "home"
     workspace.mkdir()

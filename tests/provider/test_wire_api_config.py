@@ -25,7 +25,7 @@ from cairn.provider.registry import TokenCounts, lookup, price
 from cairn.surfaces.print_mode import PrintArgs
 from cairn.surfaces.setup import resolve_cli_model
 from cairn.wire_apis import ANTHROPIC_DEFAULT_MAX_TOKENS
-from cli_run import cairn_p
+from support.cli_run import cairn_p
 
 
 def resolve(

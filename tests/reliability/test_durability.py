@@ -18,7 +18,7 @@ import pytest
 from cairn.agent.settings import SettingsError, load_settings
 from cairn.messages import user
 from cairn.store import JsonlTranscriptStore, MessageRecord, SessionRecord
-from cli_run import cairn_p
+from support.cli_run import cairn_p
 
 
 @pytest.fixture

@@ -35,7 +35,6 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from soak import count, record
 
 from cairn.messages import (
     Message,
@@ -53,6 +52,7 @@ from cairn.messages import (
 from cairn.replay.importers import FORMATS, import_sessions
 from cairn.replay.session import ImportResult, SessionImportError
 from cairn.store import JsonlTranscriptStore, MessageRecord, SessionRecord
+from reliability.soak import count, record
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = (

@@ -31,15 +31,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from soak import count, record
-
 from cairn.context import CompactionConfig, ContextPipeline
 from cairn.messages import JSONValue, find_orphans, system
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.provider.request import chat_request
 from cairn.store import MessageRecord, read_transcript
 from cairn.store.paths import session_path
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from reliability.soak import count, record
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

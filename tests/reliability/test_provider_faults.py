@@ -5,7 +5,7 @@ nothing, sends only keep-alive comments, stalls or trickles mid-stream,
 resets the connection, sends invalid UTF-8, garbage, JSON that is not JSON,
 a lone surrogate, HTTP errors with and without ``Retry-After``, an empty
 stream; a closed port; a listener whose backlog is full — is played against
-``tests/openai_server.py`` (or a bare socket) ``count(3, 50)`` times. Every
+``tests/support/openai_server.py`` (or a bare socket) ``count(3, 50)`` times. Every
 fault must end as the documented outcome: a ``ProviderError`` of the
 documented class and code whose message names the endpoint, or a clean
 answer. A hang (the generous guard fires) or any other exception is an
@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from soak import count, record
 
 from cairn.messages import user
 from cairn.provider import (
@@ -51,7 +50,8 @@ from cairn.provider import (
     chat_request,
 )
 from cairn.provider.errors import ProviderTimeoutError
-from openai_server import (  # noqa: F401  (the ``openai_server`` fixture)
+from reliability.soak import count, record
+from support.openai_server import (  # noqa: F401  (the ``openai_server`` fixture)
     DEFAULT_TEXT,
     OpenAIServer,
     Reply,

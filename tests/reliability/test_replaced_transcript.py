@@ -41,9 +41,9 @@ from cairn.store import (
     read_transcript,
 )
 from cairn.store.records import decode_line
-from cli_run import cairn_p
-from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
-from scripted_provider import Answer, ScriptedProvider
+from cairn.testing import Answer, ScriptedProvider
+from support.cli_run import cairn_p
+from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
 
 Change = Literal["rename", "sed", "unlink"]
 CHANGES: tuple[Change, ...] = ("rename", "sed", "unlink")
@@ -53,13 +53,6 @@ MODEL = ModelConfig(model="test-model", context_window=32_768)
 def echo(request: ChatRequest) -> Answer:
     """Answers naming the prompt, so each turn's answer is told apart."""
     return Answer(f"answer to {request.messages[-1]['content']}")
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "project"
-    ws.mkdir()
-    return ws
 
 
 @pytest.fixture

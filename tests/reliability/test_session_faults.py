@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_kills import split_rounds, strict_provider
 
 from cairn.context import CompactionConfig, ContextPipeline
 from cairn.context.pipeline import CRASH_INTERRUPTED
@@ -27,8 +26,9 @@ from cairn.messages import ToolCall, Usage, assistant, find_orphans, user
 from cairn.provider import ModelConfig
 from cairn.store import JsonlTranscriptStore, MessageRecord, read_transcript
 from cairn.store.paths import session_path
-from cli_run import cairn_p
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from reliability.test_kills import split_rounds, strict_provider
+from support.cli_run import cairn_p
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

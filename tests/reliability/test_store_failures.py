@@ -38,9 +38,9 @@ from cairn.store import MessageRecord, read_transcript
 from cairn.store.paths import session_path
 from cairn.store.postgres import PostgresStoreFactory
 from cairn.surfaces.setup import EXIT_STORE
-from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
-from postgres_server import new_server
-from scripted_provider import Answer, ScriptedProvider
+from cairn.testing import Answer, ScriptedProvider
+from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.postgres_server import new_server
 
 MODEL = ModelConfig(model="test-model", context_window=None)
 #: Runs ``cairn`` after making its disk small (``RLIMIT_FSIZE``) or its fsync fail (EIO).
@@ -82,13 +82,6 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
     assert len(lines) == 1, done.stderr
     assert done.returncode == EXIT_STORE, (done.returncode, done.stderr)
     return lines[0]
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "project"
-    ws.mkdir()
-    return ws
 
 
 def env_for(server: OpenAIServer, home: Path) -> dict[str, str]:

@@ -28,7 +28,6 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from soak import count
 
 from cairn.agent.events import Notice
 from cairn.agent.runtime import Runtime
@@ -67,7 +66,8 @@ from cairn.store import (
 from cairn.store.inspection import inspect_transcript
 from cairn.store.records import check_checkpoint, encode_record, record_to_dict
 from cairn.surfaces.inspect import run_inspect
-from openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
+from reliability.soak import count
+from support.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = ROOT / ".venv" / "bin" / "cairn"

@@ -40,7 +40,6 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from soak import count, record
 
 from cairn.agent.state import STATE_KEY, SessionState, Todo
 from cairn.context.restoration_source import BackgroundTask, InvokedSkill
@@ -80,6 +79,7 @@ from cairn.store import (
 from cairn.store.inspection import InspectError, inspect_transcript, summary_to_dict, view_to_list
 from cairn.store.records import encode_record
 from cairn.surfaces.inspect import run_inspect
+from reliability.soak import count, record
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = ROOT / ".venv" / "bin" / "cairn"

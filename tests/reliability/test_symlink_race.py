@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from soak import count, record
 
 from cairn.agent.state import SessionState
 from cairn.agent.tools.base import Tool, ToolContext
 from cairn.agent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
 from cairn.agent.tools.search import Grep
 from cairn.messages import JSONObject
+from reliability.soak import count, record
 
 #: The racer: swaps each real entry with its link (RENAME_EXCHANGE on Linux,
 #: so the name always exists; three renames elsewhere) and back, until the

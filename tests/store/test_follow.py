@@ -27,7 +27,7 @@ from cairn.store import (
 )
 from cairn.store.jsonl import follow_transcript
 from cairn.store.records import encode_record
-from conftest import chat_round, tool_round
+from store.rounds import chat_round, tool_round
 
 WAIT_S = 60
 

@@ -68,14 +68,14 @@ from cairn.store.postgres import (
 )
 from cairn.store.records import encode_line, record_to_dict
 from cairn.store.selection import mask_url
-from conftest import chat_round, tool_round
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from store.rounds import chat_round, tool_round
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
-from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
+from support.postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     PostgresServer,
     new_server,
     postgres_server_fixture,

@@ -17,7 +17,6 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_store_properties import make_round
 
 from cairn.messages import (
     KIND_COMPACT_SUMMARY,
@@ -49,6 +48,7 @@ from cairn.store import (
 )
 from cairn.store.jsonl import lines as jsonl_module
 from cairn.store.records import encode_record, record_to_dict
+from store.test_store_properties import make_round
 
 texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
 json_ints = st.integers(-(2**53), 2**53)

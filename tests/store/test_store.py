@@ -45,7 +45,7 @@ from cairn.store import (
     read_transcript,
 )
 from cairn.store.records import encode_record, record_from_dict, record_to_dict
-from conftest import chat_round, tool_round
+from store.rounds import chat_round, tool_round
 
 
 def append_all(store: JsonlTranscriptStore, messages: list[Message]) -> None:

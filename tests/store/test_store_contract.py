@@ -61,7 +61,7 @@ from cairn.store import (
 )
 from cairn.store.postgres import PostgresStoreFactory
 from cairn.store.records import encode_line
-from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
+from support.postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     postgres_server_fixture,
     postgres_url_fixture,
 )

@@ -18,7 +18,7 @@ from cairn.store import (
 )
 from cairn.store.paths import normalize_workspace
 from cairn.store.postgres import PostgresStoreFactory
-from postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
+from support.postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     PostgresServer,
     postgres_server_fixture,
     postgres_url_fixture,

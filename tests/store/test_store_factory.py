@@ -28,7 +28,7 @@ from cairn.store import (
     TranscriptStore,
     read_transcript,
 )
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

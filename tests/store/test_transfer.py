@@ -12,7 +12,7 @@ import pytest
 
 from cairn.store import JsonlStoreFactory, TranscriptWriteError
 from cairn.store.transfer import companion_dir, export_session, import_session
-from stored_session import add_tasks_and_artifacts, make_session
+from support.stored_session import add_tasks_and_artifacts, make_session
 
 
 def test_the_companion_folder_is_the_file_without_its_suffix() -> None:

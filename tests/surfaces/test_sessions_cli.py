@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from cairn.store import JsonlStoreFactory, read_transcript
-from cli_run import cairn_p
-from stored_session import add_tasks_and_artifacts, make_session
+from support.cli_run import cairn_p
+from support.stored_session import add_tasks_and_artifacts, make_session
 
 
 @pytest.fixture

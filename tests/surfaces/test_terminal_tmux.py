@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from cairn.agent.paste import FOLDED_HEAD_LINES
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
@@ -126,6 +126,11 @@ def start_cairn(tmp_path: Path, server: OpenAIServer, workspace: Path, **env: st
     return Pane(tmp_path / "tmux.sock", command, workspace)
 
 
+def cairn_stderr(workspace: Path) -> str:
+    """What ``cairn`` wrote to its stderr (``start_cairn`` sends it to ``cairn.stderr``)."""
+    return (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+
+
 def capture(name: str, screen: str) -> None:
     """``CAIRN_CAPTURE_DIR=docs/terminal`` keeps the screen (the README shows them)."""
     if captures := os.environ.get("CAIRN_CAPTURE_DIR"):
@@ -135,10 +140,8 @@ def capture(name: str, screen: str) -> None:
 
 
 def test_the_real_cairn_in_tmux_streams_compacts_with_the_tail_and_exits(
-    tmp_path: Path, openai_server: OpenAIServer
+    tmp_path: Path, workspace: Path, openai_server: OpenAIServer
 ) -> None:
-    workspace = tmp_path / "project"
-    workspace.mkdir()
     release = threading.Event()
     # Long answers: a compaction must have more to replace than its summary costs.
     detail = " ".join(f"Step {i}: the ledger balances." for i in range(300))
@@ -177,18 +180,16 @@ def test_the_real_cairn_in_tmux_streams_compacts_with_the_tail_and_exits(
     finally:
         release.set()
         pane.close()
-    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    stderr = cairn_stderr(workspace)
     assert "Traceback" not in stderr, stderr
 
 
 def test_a_summary_prepared_in_the_band_is_a_quiet_word_in_the_footer_not_the_hint(
-    tmp_path: Path, openai_server: OpenAIServer
+    tmp_path: Path, workspace: Path, openai_server: OpenAIServer
 ) -> None:
     """Issue 28 in the real terminal: ``preparing summary``, then ``summary ready`` in
     the footer while the user goes on; no ``✻ Compacting`` until the line, which
     commits it without asking the model again."""
-    workspace = tmp_path / "project"
-    workspace.mkdir()
     release = threading.Event()
     detail = " ".join(f"Step {i}: the ledger balances." for i in range(40))
 
@@ -227,7 +228,7 @@ def test_a_summary_prepared_in_the_band_is_a_quiet_word_in_the_footer_not_the_hi
         release.set()
         pane.close()
     assert sum(is_fork(b) for b in openai_server.bodies) == 1  # committed, not asked again
-    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    stderr = cairn_stderr(workspace)
     assert "Traceback" not in stderr, stderr
 
 
@@ -237,14 +238,12 @@ def screen_row(screen: str, marker: str) -> int:
 
 
 def test_a_large_paste_is_folded_the_answer_followed_and_the_exit_says_how_to_resume(
-    tmp_path: Path, openai_server: OpenAIServer
+    tmp_path: Path, workspace: Path, openai_server: OpenAIServer
 ) -> None:
     """Issue 29 in the real terminal: a 2,000-line bracketed paste shows as its label,
     goes to the model whole, is folded in the list with the answer on the screen after
     it; Ctrl+Home and Ctrl+End move through the list; a wide-character tool result
     stays one row; quitting leaves ``cairn --resume <id>`` in the shell."""
-    workspace = tmp_path / "project"
-    workspace.mkdir()
     # 90 wide characters: 180 cells, more than the 140 columns of the pane.
     (workspace / "账本.txt").write_text("账本平衡。" * 18 + "\n", encoding="utf-8")
     pasted = "\n".join(f"PASTED line {n}: the ledger balances" for n in range(1, 2_001))
@@ -300,15 +299,13 @@ def test_a_large_paste_is_folded_the_answer_followed_and_the_exit_says_how_to_re
         assert "cairn exited 0" in final and final.index(found.group(0)) < final.index("exited")
     finally:
         pane.close()
-    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    stderr = cairn_stderr(workspace)
     assert "Traceback" not in stderr, stderr
 
 
 def test_quitting_a_session_with_no_message_says_nothing_of_resuming(
-    tmp_path: Path, openai_server: OpenAIServer
+    tmp_path: Path, workspace: Path, openai_server: OpenAIServer
 ) -> None:
-    workspace = tmp_path / "project"
-    workspace.mkdir()
     pane = start_cairn(tmp_path, openai_server, workspace)
     try:
         pane.wait_for("Ask Cairn")
@@ -363,18 +360,16 @@ def test_at_path_completion_a_bang_command_and_shift_tab_in_the_real_terminal(
         assert "cairn exited 0" in pane.wait_for("cairn exited")
     finally:
         pane.close()
-    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    stderr = cairn_stderr(workspace)
     assert "Traceback" not in stderr, stderr
 
 
 def test_a_line_queued_while_the_agent_works_esc_and_rewinding_in_the_real_terminal(
-    tmp_path: Path, openai_server: OpenAIServer
+    tmp_path: Path, workspace: Path, openai_server: OpenAIServer
 ) -> None:
     """A line sent while the answer streams shows as queued and goes when the turn
     ends; Esc takes it back into the box first. Then Esc Esc on the empty prompt opens
     the rewind picker, ``/fork`` and ``/rewind 1`` switch to the new session."""
-    workspace = tmp_path / "project"
-    workspace.mkdir()
     release = threading.Event()
     answers = iter(["FIRST-ANSWER " * 20, "SECOND-ANSWER", "FORKED-ANSWER"])
 
@@ -420,18 +415,16 @@ def test_a_line_queued_while_the_agent_works_esc_and_rewinding_in_the_real_termi
     finally:
         release.set()
         pane.close()
-    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    stderr = cairn_stderr(workspace)
     assert "Traceback" not in stderr, stderr
 
 
 def test_the_meter_past_the_budget_says_the_context_is_full_in_the_real_terminal(
-    tmp_path: Path, openai_server: OpenAIServer
+    tmp_path: Path, workspace: Path, openai_server: OpenAIServer
 ) -> None:
     """A server that reports no usage, a 4,096-token window and a long answer: the
     estimate is past the budget, so the footer says the next request compacts first
     instead of ``~4,297 / 4,096 (104%)``."""
-    workspace = tmp_path / "project"
-    workspace.mkdir()
     detail = " ".join(f"Step {i}: the ledger balances." for i in range(700))
     openai_server.respond_with(lambda body: Reply(text=f"{detail} END", omit_usage=True))
     pane = start_cairn(tmp_path, openai_server, workspace, CAIRN_CONTEXT_WINDOW="4096")
@@ -445,5 +438,5 @@ def test_the_meter_past_the_budget_says_the_context_is_full_in_the_real_terminal
         assert "cairn exited 0" in pane.wait_for("cairn exited")
     finally:
         pane.close()
-    stderr = (workspace / "cairn.stderr").read_text(encoding="utf-8", errors="replace")
+    stderr = cairn_stderr(workspace)
     assert "Traceback" not in stderr, stderr

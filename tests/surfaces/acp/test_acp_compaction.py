@@ -11,7 +11,8 @@ import itertools
 import threading
 from pathlib import Path
 
-from acp_client import (
+from cairn.surfaces.tail import stream_tail
+from support.acp_client import (
     ANSWER,
     SUMMARY,
     answering,
@@ -24,96 +25,88 @@ from acp_client import (
     make_setup,
     since,
 )
-from cairn.surfaces.tail import stream_tail
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
 )
 
 
-def test_compact_typed_in_the_client_runs_a_compaction_and_is_never_sent_to_the_model(
+async def test_compact_typed_in_the_client_runs_a_compaction_and_is_never_sent_to_the_model(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            sid = await editor.new()
-            await converse(editor, sid)
-            assert await editor.ask(sid, "/compact") == "end_turn"
-            await converse(editor, sid, 2)
-            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
-            assert result["status"] == "completed"
-            assert result["preTokens"] > result["postTokens"] > 0
-            assert result["strategy"] == "llm"
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        sid = await editor.new()
+        await converse(editor, sid)
+        assert await editor.ask(sid, "/compact") == "end_turn"
+        await converse(editor, sid, 2)
+        result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+        assert result["status"] == "completed"
+        assert result["preTokens"] > result["postTokens"] > 0
+        assert result["strategy"] == "llm"
 
-    asyncio.run(scenario())
     bodies = openai_server.bodies
     assert sum(is_fork(b) for b in bodies) == 2
     sent = [str(m.get("content")) for b in bodies for m in b["messages"] if m["role"] == "user"]
     assert not any("/compact" in text for text in sent)
 
 
-def test_compact_instructions_travel_as_custom_instructions_and_reach_the_summary_request(
+async def test_compact_instructions_travel_as_custom_instructions_and_reach_the_summary_request(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            sid = await editor.new()
-            await converse(editor, sid)
-            await editor.conn.ext_method(
-                "cairn/compact",
-                {"sessionId": sid, "customInstructions": "focus on the API design"},
-            )
-            await converse(editor, sid, 2)
-            assert await editor.ask(sid, "/compact keep the failing test names") == "end_turn"
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        sid = await editor.new()
+        await converse(editor, sid)
+        await editor.conn.ext_method(
+            "cairn/compact",
+            {"sessionId": sid, "customInstructions": "focus on the API design"},
+        )
+        await converse(editor, sid, 2)
+        assert await editor.ask(sid, "/compact keep the failing test names") == "end_turn"
 
-    asyncio.run(scenario())
     forks = [b for b in openai_server.bodies if is_fork(b)]
     assert len(forks) == 2
     assert "focus on the API design" in str(forks[0]["messages"][-1]["content"])
     assert "keep the failing test names" in str(forks[1]["messages"][-1]["content"])
 
 
-def test_compaction_start_sends_compaction_state_change_true_for_manual_and_automatic(
+async def test_compaction_start_sends_compaction_state_change_true_for_manual_and_automatic(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        # An 8k window: a few long answers cross the compaction threshold by themselves.
-        setup = make_setup(tmp_path, openai_server, context_window=8_192)
-        async with connected(setup, tmp_path / "ws") as editor:
-            sid = await editor.new()
-            await converse(editor, sid, 2)
-            await editor.ask(sid, "/compact")
-            manual = compaction_notices(editor, sid)
-            assert manual[0] == ("state", True) and manual[-1] == ("state", False)
-            openai_server.respond_with(
-                lambda body: Reply(text=SUMMARY) if is_fork(body) else Reply(text=ANSWER * 6)
-            )
-            turns = 0
-            while sum(is_fork(b) for b in openai_server.bodies) < 2 and turns < 30:
-                await editor.ask(sid, f"more about calc.py, part {turns}")
-                turns += 1
-            automatic = compaction_notices(editor, sid)[len(manual) :]
-            assert automatic[0] == ("state", True) and automatic[-1] == ("state", False)
-            states = [value for kind, value in compaction_notices(editor, sid) if kind == "state"]
-            assert states == [True, False, True, False]
-
-    asyncio.run(scenario())
+    # An 8k window: a few long answers cross the compaction threshold by themselves.
+    setup = make_setup(tmp_path, openai_server, context_window=8_192)
+    async with connected(setup, tmp_path / "ws") as editor:
+        sid = await editor.new()
+        await converse(editor, sid, 2)
+        await editor.ask(sid, "/compact")
+        manual = compaction_notices(editor, sid)
+        assert manual[0] == ("state", True) and manual[-1] == ("state", False)
+        openai_server.respond_with(
+            lambda body: Reply(text=SUMMARY) if is_fork(body) else Reply(text=ANSWER * 6)
+        )
+        turns = 0
+        while sum(is_fork(b) for b in openai_server.bodies) < 2 and turns < 30:
+            await editor.ask(sid, f"more about calc.py, part {turns}")
+            turns += 1
+        automatic = compaction_notices(editor, sid)[len(manual) :]
+        assert automatic[0] == ("state", True) and automatic[-1] == ("state", False)
+        states = [value for kind, value in compaction_notices(editor, sid) if kind == "state"]
+        assert states == [True, False, True, False]
 
 
-def test_compaction_content_update_carries_the_accumulated_fork_text_and_none_before_any(
+async def test_compaction_content_update_carries_the_accumulated_fork_text_and_none_before_any(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     answering(openai_server)
 
-    async def scenario() -> None:
+    try:
         async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
             sid = await editor.new()
             await converse(editor, sid)
@@ -133,47 +126,41 @@ def test_compaction_content_update_carries_the_accumulated_fork_text_and_none_be
             # Accumulated, not deltas: each one extends the one before.
             assert all(b.startswith(a) for a, b in itertools.pairwise(contents))
             assert notices[1][0] == "content"  # no content before the fork wrote any
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
 
 
-def test_compaction_end_sends_compaction_state_change_false_also_when_it_fails(
+async def test_compaction_end_sends_compaction_state_change_false_also_when_it_fails(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            sid = await editor.new()
-            await converse(editor, sid)
-            openai_server.respond_with(
-                lambda body: Reply.http_error(500, "summarizer down") if is_fork(body) else None
-            )
-            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
-            assert result["status"] == "failed" and result["error"]
-            states = [v for k, v in compaction_notices(editor, sid) if k == "state"]
-            assert states == [True, False]
-            # The session goes on, and compacts once the summarizer is back.
-            answering(openai_server)
-            assert await editor.ask(sid, "still there?") == "end_turn"
-            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
-            assert result["status"] == "completed"
-            states = [v for k, v in compaction_notices(editor, sid) if k == "state"]
-            assert states == [True, False, True, False]
-
-    asyncio.run(scenario())
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        sid = await editor.new()
+        await converse(editor, sid)
+        openai_server.respond_with(
+            lambda body: Reply.http_error(500, "summarizer down") if is_fork(body) else None
+        )
+        result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+        assert result["status"] == "failed" and result["error"]
+        states = [v for k, v in compaction_notices(editor, sid) if k == "state"]
+        assert states == [True, False]
+        # The session goes on, and compacts once the summarizer is back.
+        answering(openai_server)
+        assert await editor.ask(sid, "still there?") == "end_turn"
+        result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+        assert result["status"] == "completed"
+        states = [v for k, v in compaction_notices(editor, sid) if k == "state"]
+        assert states == [True, False, True, False]
 
 
-def test_a_second_compact_while_one_runs_is_skipped(
+async def test_a_second_compact_while_one_runs_is_skipped(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     answering(openai_server)
 
-    async def scenario() -> None:
+    try:
         async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
             sid = await editor.new()
             await converse(editor, sid)
@@ -195,21 +182,18 @@ def test_a_second_compact_while_one_runs_is_skipped(
             )
             gate.set()
             assert (await first)["status"] == "completed"
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     assert sum(is_fork(b) for b in openai_server.bodies) == 1
 
 
-def test_compact_while_a_prompt_streams_is_ignored_with_a_notice(
+async def test_compact_while_a_prompt_streams_is_ignored_with_a_notice(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     answering(openai_server)
 
-    async def scenario() -> None:
+    try:
         async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
             sid = await editor.new()
             await converse(editor, sid)
@@ -221,179 +205,156 @@ def test_compact_while_a_prompt_streams_is_ignored_with_a_notice(
             assert result["status"] == "skipped" and "streaming" in result["message"]
             gate.set()
             assert await streaming == "end_turn"  # the response was not aborted
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     assert not any(is_fork(b) for b in openai_server.bodies)
 
 
-def test_compaction_state_changes_insert_no_message_into_the_thread(
+async def test_compaction_state_changes_insert_no_message_into_the_thread(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        for advertised in (False, True):
-            workspace = tmp_path / f"ws-{advertised}"
-            caps = capabilities(compaction=advertised)
-            setup = make_setup(tmp_path, openai_server)
-            async with connected(setup, workspace, client_capabilities=caps) as editor:
-                sid = await editor.new()
-                await converse(editor, sid)
-                mark = len(editor.client.wire)
-                await editor.ask(sid, "/compact")
-                kinds = {u["sessionUpdate"] for u in since(editor, mark, sid)}
-                assert not kinds & {"agent_message_chunk", "user_message_chunk"}, kinds
-
-    asyncio.run(scenario())
-
-
-def test_the_compaction_hint_is_scoped_to_the_session_that_compacts(
-    tmp_path: Path, openai_server: OpenAIServer
-) -> None:
-    answering(openai_server)
-
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            left = await editor.new()
-            right = await editor.new(tmp_path / "ws")
-            assert left != right
-            await converse(editor, left)
-            await converse(editor, right, 1)
-            mark = len(editor.client.wire)
-            await editor.ask(left, "/compact")
-            assert compaction_notices(editor, left)
-            assert compaction_notices(editor, right) == []
-            assert not any("compact" in str(u).lower() for u in since(editor, mark, right)), (
-                "the other pane got compaction updates"
-            )
-
-    asyncio.run(scenario())
-
-
-def test_a_client_that_advertises_session_compaction_gets_the_protocols_updates(
-    tmp_path: Path, openai_server: OpenAIServer
-) -> None:
-    answering(openai_server)
-
-    async def scenario() -> None:
-        caps = capabilities(compaction=True)
+    for advertised in (False, True):
+        workspace = tmp_path / f"ws-{advertised}"
+        caps = capabilities(compaction=advertised)
         setup = make_setup(tmp_path, openai_server)
-        async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
+        async with connected(setup, workspace, client_capabilities=caps) as editor:
             sid = await editor.new()
             await converse(editor, sid)
             mark = len(editor.client.wire)
             await editor.ask(sid, "/compact")
-            got = [
-                u
-                for u in since(editor, mark, sid)
-                if u["sessionUpdate"] in ("compaction_update", "compaction_summary_chunk")
-            ]
-            assert got[0]["sessionUpdate"] == "compaction_update"
-            assert got[0]["status"] == "in_progress"
-            compaction_id = got[0]["compactionId"]
-            assert all(u["compactionId"] == compaction_id for u in got)
-            chunks = "".join(
-                u["content"]["text"]
-                for u in got
-                if u["sessionUpdate"] == "compaction_summary_chunk"
-            )
-            assert chunks == SUMMARY
-            assert got[-1]["status"] == "completed"
-            assert got[-1]["summary"][0]["type"] == "text" and got[-1]["summary"][0]["text"]
-            assert not any(u["sessionUpdate"] == "tool_call" for u in since(editor, mark, sid))
-
-    asyncio.run(scenario())
+            kinds = {u["sessionUpdate"] for u in since(editor, mark, sid)}
+            assert not kinds & {"agent_message_chunk", "user_message_chunk"}, kinds
 
 
-def test_a_client_without_the_capability_sees_the_compaction_as_a_think_tool_call(
+async def test_the_compaction_hint_is_scoped_to_the_session_that_compacts(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            sid = await editor.new()
-            await converse(editor, sid)
-            mark = len(editor.client.wire)
-            await editor.ask(sid, "/compact")
-            got = since(editor, mark, sid)
-            assert not any(u["sessionUpdate"].startswith("compaction") for u in got)
-            start = next(u for u in got if u["sessionUpdate"] == "tool_call")
-            assert start["kind"] == "think" and start["title"] == "Compacting conversation"
-            progress = [
-                u
-                for u in got
-                if u["sessionUpdate"] == "tool_call_update"
-                and u["toolCallId"] == start["toolCallId"]
-            ]
-            texts = [u["content"][0]["content"]["text"] for u in progress if u.get("content")]
-            # While it runs: the 30-character tail of what the fork streamed so far.
-            contents = [v for k, v in compaction_notices(editor, sid) if k == "content"]
-            assert texts[:-1] == [stream_tail(c) for c in contents]
-            assert texts[-2] == stream_tail(SUMMARY)
-            assert progress[-1]["status"] == "completed"
-            assert texts[-1].startswith("Conversation compacted · ")
-
-    asyncio.run(scenario())
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        left = await editor.new()
+        right = await editor.new(tmp_path / "ws")
+        assert left != right
+        await converse(editor, left)
+        await converse(editor, right, 1)
+        mark = len(editor.client.wire)
+        await editor.ask(left, "/compact")
+        assert compaction_notices(editor, left)
+        assert compaction_notices(editor, right) == []
+        assert not any("compact" in str(u).lower() for u in since(editor, mark, right)), (
+            "the other pane got compaction updates"
+        )
 
 
-def test_load_replays_the_history_with_the_compact_block_in_place_before_it_answers(
+async def test_a_client_that_advertises_session_compaction_gets_the_protocols_updates(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        setup = make_setup(tmp_path, openai_server)
-        async with connected(setup, tmp_path / "ws") as editor:
-            sid = await editor.new()
-            await converse(editor, sid, 2)
-            await editor.ask(sid, "/compact")
-            await editor.ask(sid, "after the compaction")
-        setup = make_setup(tmp_path, openai_server)  # a new process: nothing open
-        async with connected(setup, tmp_path / "ws") as editor:
-            await editor.conn.load_session(cwd=str(tmp_path / "ws"), session_id=sid)
-            response_at = next(
-                i for i, m in enumerate(editor.client.wire) if "result" in m and m["id"] == 1
-            )
-            before = [
-                m["params"]["update"]
-                for m in editor.client.wire[:response_at]
-                if m.get("method") == "session/update"
-            ]
-            kinds = [u["sessionUpdate"] for u in before]
-            users = [
-                u["content"]["text"] for u in before if u["sessionUpdate"] == "user_message_chunk"
-            ]
-            assert users == [
-                "question 0 about calc.py",
-                "question 1 about calc.py",
-                "after the compaction",
-            ]
-            block = kinds.index("tool_call")
-            assert before[block]["title"] == "Compacting conversation"
-            # Old messages before the block, the new ones after it.
-            assert kinds[:block].count("agent_message_chunk") == 2
-            assert kinds[block:].count("agent_message_chunk") == 1
-            label = before[block + 1]["content"][0]["content"]["text"]
-            assert label.startswith("Conversation compacted · ")
-            # Every update of the load before its response: the commands, then the meter.
-            assert kinds[-2:] == ["available_commands_update", "usage_update"]
-            assert kinds.count("available_commands_update") == 1
-            assert editor.client.kinds() == kinds  # and nothing of it after
-
-    asyncio.run(scenario())
+    caps = capabilities(compaction=True)
+    setup = make_setup(tmp_path, openai_server)
+    async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
+        sid = await editor.new()
+        await converse(editor, sid)
+        mark = len(editor.client.wire)
+        await editor.ask(sid, "/compact")
+        got = [
+            u
+            for u in since(editor, mark, sid)
+            if u["sessionUpdate"] in ("compaction_update", "compaction_summary_chunk")
+        ]
+        assert got[0]["sessionUpdate"] == "compaction_update"
+        assert got[0]["status"] == "in_progress"
+        compaction_id = got[0]["compactionId"]
+        assert all(u["compactionId"] == compaction_id for u in got)
+        chunks = "".join(
+            u["content"]["text"] for u in got if u["sessionUpdate"] == "compaction_summary_chunk"
+        )
+        assert chunks == SUMMARY
+        assert got[-1]["status"] == "completed"
+        assert got[-1]["summary"][0]["type"] == "text" and got[-1]["summary"][0]["text"]
+        assert not any(u["sessionUpdate"] == "tool_call" for u in since(editor, mark, sid))
 
 
-def test_cancel_during_a_compaction_ends_it_cancelled_with_the_state_back_to_false(
+async def test_a_client_without_the_capability_sees_the_compaction_as_a_think_tool_call(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        sid = await editor.new()
+        await converse(editor, sid)
+        mark = len(editor.client.wire)
+        await editor.ask(sid, "/compact")
+        got = since(editor, mark, sid)
+        assert not any(u["sessionUpdate"].startswith("compaction") for u in got)
+        start = next(u for u in got if u["sessionUpdate"] == "tool_call")
+        assert start["kind"] == "think" and start["title"] == "Compacting conversation"
+        progress = [
+            u
+            for u in got
+            if u["sessionUpdate"] == "tool_call_update" and u["toolCallId"] == start["toolCallId"]
+        ]
+        texts = [u["content"][0]["content"]["text"] for u in progress if u.get("content")]
+        # While it runs: the 30-character tail of what the fork streamed so far.
+        contents = [v for k, v in compaction_notices(editor, sid) if k == "content"]
+        assert texts[:-1] == [stream_tail(c) for c in contents]
+        assert texts[-2] == stream_tail(SUMMARY)
+        assert progress[-1]["status"] == "completed"
+        assert texts[-1].startswith("Conversation compacted · ")
+
+
+async def test_load_replays_the_history_with_the_compact_block_in_place_before_it_answers(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+
+    setup = make_setup(tmp_path, openai_server)
+    async with connected(setup, tmp_path / "ws") as editor:
+        sid = await editor.new()
+        await converse(editor, sid, 2)
+        await editor.ask(sid, "/compact")
+        await editor.ask(sid, "after the compaction")
+    setup = make_setup(tmp_path, openai_server)  # a new process: nothing open
+    async with connected(setup, tmp_path / "ws") as editor:
+        await editor.conn.load_session(cwd=str(tmp_path / "ws"), session_id=sid)
+        response_at = next(
+            i for i, m in enumerate(editor.client.wire) if "result" in m and m["id"] == 1
+        )
+        before = [
+            m["params"]["update"]
+            for m in editor.client.wire[:response_at]
+            if m.get("method") == "session/update"
+        ]
+        kinds = [u["sessionUpdate"] for u in before]
+        users = [u["content"]["text"] for u in before if u["sessionUpdate"] == "user_message_chunk"]
+        assert users == [
+            "question 0 about calc.py",
+            "question 1 about calc.py",
+            "after the compaction",
+        ]
+        block = kinds.index("tool_call")
+        assert before[block]["title"] == "Compacting conversation"
+        # Old messages before the block, the new ones after it.
+        assert kinds[:block].count("agent_message_chunk") == 2
+        assert kinds[block:].count("agent_message_chunk") == 1
+        label = before[block + 1]["content"][0]["content"]["text"]
+        assert label.startswith("Conversation compacted · ")
+        # Every update of the load before its response: the commands, then the meter.
+        assert kinds[-2:] == ["available_commands_update", "usage_update"]
+        assert kinds.count("available_commands_update") == 1
+        assert editor.client.kinds() == kinds  # and nothing of it after
+
+
+async def test_cancel_during_a_compaction_ends_it_cancelled_with_the_state_back_to_false(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     answering(openai_server)
 
-    async def scenario() -> None:
+    try:
         caps = capabilities(compaction=True)
         setup = make_setup(tmp_path, openai_server)
         async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
@@ -420,76 +381,65 @@ def test_cancel_during_a_compaction_ends_it_cancelled_with_the_state_back_to_fal
             answering(openai_server)
             result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
             assert result["status"] == "completed"
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
 
 
-def test_cairn_notifications_go_only_to_a_client_that_asked_for_them(
+async def test_cairn_notifications_go_only_to_a_client_that_asked_for_them(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        for asked in (False, True):
-            caps = capabilities(compaction=True, cairn=asked)
-            setup = make_setup(tmp_path, openai_server)
-            async with connected(setup, tmp_path / f"ws-{asked}", client_capabilities=caps) as ed:
-                sid = await ed.new()
-                await converse(ed, sid)
-                await ed.ask(sid, "/compact")
-                methods = [m for m in ed.client.methods() if m.startswith("_")]
-                if asked:
-                    assert methods[0] == "_cairn/compactionStateChange"
-                    assert methods[-1] == "_cairn/compactionStateChange"
-                    assert "_cairn/compactionContentUpdate" in methods
-                else:
-                    assert methods == []
-                # The protocol's own updates go to the client that advertised them either way.
-                statuses = [
-                    u["status"]
-                    for u in ed.client.updates(sid)
-                    if u["sessionUpdate"] == "compaction_update"
-                ]
-                assert statuses == ["in_progress", "completed"]
-
-    asyncio.run(scenario())
-
-
-def test_a_failed_compactions_error_says_why_as_compact_does(
-    tmp_path: Path, openai_server: OpenAIServer
-) -> None:
-    answering(openai_server)
-
-    async def scenario() -> None:
-        caps = capabilities(compaction=True)
+    for asked in (False, True):
+        caps = capabilities(compaction=True, cairn=asked)
         setup = make_setup(tmp_path, openai_server)
-        async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
-            sid = await editor.new()
-            await converse(editor, sid)
-            openai_server.respond_with(
-                lambda body: Reply.http_error(500, "summarizer down") if is_fork(body) else None
-            )
-            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
-            assert result["status"] == "failed"
-            mark = len(editor.client.wire)
-            assert await editor.ask(sid, "/compact") == "end_turn"
-            said = "".join(
-                u["content"]["text"]
-                for u in since(editor, mark, sid)
-                if u["sessionUpdate"] == "agent_message_chunk"
-            ).strip()
-        failed = [
-            u for u in editor.client.updates(sid) if u["sessionUpdate"] == "compaction_update"
-        ]
-        assert [u["status"] for u in failed] == ["in_progress", "failed"] * 2
-        assert failed[1]["error"] == result["error"]
-        assert failed[3]["error"] == said
-        assert "summarizer" in said or "500" in said
+        async with connected(setup, tmp_path / f"ws-{asked}", client_capabilities=caps) as ed:
+            sid = await ed.new()
+            await converse(ed, sid)
+            await ed.ask(sid, "/compact")
+            methods = [m for m in ed.client.methods() if m.startswith("_")]
+            if asked:
+                assert methods[0] == "_cairn/compactionStateChange"
+                assert methods[-1] == "_cairn/compactionStateChange"
+                assert "_cairn/compactionContentUpdate" in methods
+            else:
+                assert methods == []
+            # The protocol's own updates go to the client that advertised them either way.
+            statuses = [
+                u["status"]
+                for u in ed.client.updates(sid)
+                if u["sessionUpdate"] == "compaction_update"
+            ]
+            assert statuses == ["in_progress", "completed"]
 
-    asyncio.run(scenario())
+
+async def test_a_failed_compactions_error_says_why_as_compact_does(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+
+    caps = capabilities(compaction=True)
+    setup = make_setup(tmp_path, openai_server)
+    async with connected(setup, tmp_path / "ws", client_capabilities=caps) as editor:
+        sid = await editor.new()
+        await converse(editor, sid)
+        openai_server.respond_with(
+            lambda body: Reply.http_error(500, "summarizer down") if is_fork(body) else None
+        )
+        result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+        assert result["status"] == "failed"
+        mark = len(editor.client.wire)
+        assert await editor.ask(sid, "/compact") == "end_turn"
+        said = "".join(
+            u["content"]["text"]
+            for u in since(editor, mark, sid)
+            if u["sessionUpdate"] == "agent_message_chunk"
+        ).strip()
+    failed = [u for u in editor.client.updates(sid) if u["sessionUpdate"] == "compaction_update"]
+    assert [u["status"] for u in failed] == ["in_progress", "failed"] * 2
+    assert failed[1]["error"] == result["error"]
+    assert failed[3]["error"] == said
+    assert "summarizer" in said or "500" in said
 
 
 def test_a_summary_prepared_in_the_band_is_a_quiet_notification_and_no_hint(

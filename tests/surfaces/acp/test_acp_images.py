@@ -6,14 +6,13 @@ compaction request)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
-from acp_client import Editor, answering, connected, converse, is_fork, make_setup
 from cairn.context.llm_summarizer import IMAGE_PLACEHOLDER as FORK_PLACEHOLDER
 from cairn.surfaces.acp.server import IMAGE_PLACEHOLDER, IMAGES_OFF_NOTICE
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import Editor, answering, connected, converse, is_fork, make_setup
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
@@ -41,26 +40,22 @@ def user_contents(body: dict[str, Any]) -> list[Any]:
     return [m.get("content") for m in body["messages"] if m["role"] == "user"]
 
 
-def test_an_image_reaches_a_model_that_takes_images_and_never_the_compaction_fork(
+async def test_an_image_reaches_a_model_that_takes_images_and_never_the_compaction_fork(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
 
-    async def scenario() -> None:
-        setup = make_setup(tmp_path, openai_server, images=True)
-        async with connected(setup, tmp_path / "ws") as editor:
-            initialized = next(m for m in editor.client.wire if m.get("id") == 0)["result"]
-            assert initialized["agentCapabilities"]["promptCapabilities"]["image"] is True
-            sid = await editor.new()
-            assert await ask_with_image(editor, sid, "What does this screenshot show?") == (
-                "end_turn"
-            )
-            await converse(editor, sid, 2)
-            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
-            assert result["status"] == "completed"
-            assert IMAGES_OFF_NOTICE not in editor.client.agent_text(sid)
+    setup = make_setup(tmp_path, openai_server, images=True)
+    async with connected(setup, tmp_path / "ws") as editor:
+        initialized = next(m for m in editor.client.wire if m.get("id") == 0)["result"]
+        assert initialized["agentCapabilities"]["promptCapabilities"]["image"] is True
+        sid = await editor.new()
+        assert await ask_with_image(editor, sid, "What does this screenshot show?") == ("end_turn")
+        await converse(editor, sid, 2)
+        result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+        assert result["status"] == "completed"
+        assert IMAGES_OFF_NOTICE not in editor.client.agent_text(sid)
 
-    asyncio.run(scenario())
     first = user_contents(openai_server.bodies[0])[-1]
     assert first == [
         {"type": "text", "text": "What does this screenshot show?"},
@@ -72,20 +67,18 @@ def test_an_image_reaches_a_model_that_takes_images_and_never_the_compaction_for
     assert FORK_PLACEHOLDER in sent
 
 
-def test_a_model_without_image_input_gets_a_placeholder_and_the_editor_is_told_once(
+async def test_a_model_without_image_input_gets_a_placeholder_and_the_editor_is_told_once(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(lambda body: Reply(text="I cannot see images."))
 
-    async def scenario() -> None:
-        setup = make_setup(tmp_path, openai_server)  # images off: the default
-        async with connected(setup, tmp_path / "ws") as editor:
-            sid = await editor.new()
-            assert await ask_with_image(editor, sid, "Look at this") == "end_turn"
-            assert await ask_with_image(editor, sid, "And this") == "end_turn"
-            assert editor.client.agent_text(sid).count(IMAGES_OFF_NOTICE) == 1
+    setup = make_setup(tmp_path, openai_server)  # images off: the default
+    async with connected(setup, tmp_path / "ws") as editor:
+        sid = await editor.new()
+        assert await ask_with_image(editor, sid, "Look at this") == "end_turn"
+        assert await ask_with_image(editor, sid, "And this") == "end_turn"
+        assert editor.client.agent_text(sid).count(IMAGES_OFF_NOTICE) == 1
 
-    asyncio.run(scenario())
     for body in openai_server.bodies:
         sent = str(body["messages"])
         assert PNG not in sent and "image_url" not in sent

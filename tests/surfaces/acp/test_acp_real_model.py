@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from acp import spawn_agent_process
 
-from acp_client import CAIRN_CLIENT, EditorClient
-from llama_server import (  # noqa: F401  (the fixtures register themselves by import)
+from support.acp_client import CAIRN_CLIENT, EditorClient
+from support.llama_server import (  # noqa: F401  (the fixtures register themselves by import)
     N_CTX,
     Exchange,
     RecordingProxy,

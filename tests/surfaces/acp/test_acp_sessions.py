@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from acp.exceptions import RequestError
 
-from acp_client import Editor, answering, connected, converse, make_setup
 from cairn.agent.settings import Settings
 from cairn.store import JsonlStoreFactory, SessionRecord
 from cairn.store.paths import normalize_workspace
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import Editor, answering, connected, converse, make_setup
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     UsageSpec,
@@ -78,25 +78,22 @@ def test_resume_reattaches_without_replaying_the_history(
     assert sent == ["question 0 about calc.py", "question 1 about calc.py", "and now?"]
 
 
-def test_resume_of_an_unknown_session_is_not_found(
+async def test_resume_of_an_unknown_session_is_not_found(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            with pytest.raises(RequestError) as caught:
-                await editor.conn.resume_session(cwd=str(editor.workspace), session_id="nope")
-            assert caught.value.code == -32002
-
-    asyncio.run(scenario())
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        with pytest.raises(RequestError) as caught:
+            await editor.conn.resume_session(cwd=str(editor.workspace), session_id="nope")
+        assert caught.value.code == -32002
 
 
-def test_close_cancels_the_running_turn_and_releases_the_session(
+async def test_close_cancels_the_running_turn_and_releases_the_session(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     openai_server.script(Reply(text="a long answer " * 30, hold=gate, hold_after=3))
 
-    async def scenario() -> None:
+    try:
         async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
             sid = await editor.new()
             running = asyncio.ensure_future(editor.ask(sid, "tell me everything"))
@@ -117,131 +114,116 @@ def test_close_cancels_the_running_turn_and_releases_the_session(
             # And this connection loads it again.
             await editor.conn.load_session(cwd=str(editor.workspace), session_id=sid)
             assert editor.client.agent_text(sid).endswith("Back.")
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
 
 
-def test_delete_removes_the_session_from_the_list_and_the_store(
+async def test_delete_removes_the_session_from_the_list_and_the_store(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
     home = tmp_path / "home"
 
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            workspace = editor.workspace
-            doomed = await editor.new()
-            await converse(editor, doomed, 1)
-            kept = await editor.new()
-            await converse(editor, kept, 1)
-            # What belongs to the session: a background task's transcript and a saved output.
-            stores = JsonlStoreFactory(home)
-            header = SessionRecord("task-1", normalize_workspace(workspace))
-            stores.create_subagent(workspace, doomed, header).close()
-            artifact = stores.artifacts_dir(workspace, doomed) / "outputs" / "big.txt"
-            artifact.parent.mkdir(parents=True, exist_ok=True)
-            artifact.write_text("saved")
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        workspace = editor.workspace
+        doomed = await editor.new()
+        await converse(editor, doomed, 1)
+        kept = await editor.new()
+        await converse(editor, kept, 1)
+        # What belongs to the session: a background task's transcript and a saved output.
+        stores = JsonlStoreFactory(home)
+        header = SessionRecord("task-1", normalize_workspace(workspace))
+        stores.create_subagent(workspace, doomed, header).close()
+        artifact = stores.artifacts_dir(workspace, doomed) / "outputs" / "big.txt"
+        artifact.parent.mkdir(parents=True, exist_ok=True)
+        artifact.write_text("saved")
 
-            # Open here: closed first, then deleted.
-            await editor.conn._conn.send_request("session/delete", {"sessionId": doomed})
-            listed = await editor.conn.list_sessions(cwd=str(workspace))
-            assert [s.session_id for s in listed.sessions] == [kept]
-            assert not stores.exists(workspace, doomed)
-            assert stores.subagents(workspace, doomed) == []
-            assert not artifact.exists()
-            with pytest.raises(RequestError):
-                await editor.ask(doomed, "hello?")
-            with pytest.raises(RequestError):
-                await editor.conn.load_session(cwd=str(workspace), session_id=doomed)
-            # Deleting it again, or a session that never was, succeeds silently.
-            for gone in (doomed, "never-was"):
-                assert (
-                    await editor.conn._conn.send_request("session/delete", {"sessionId": gone})
-                    == {}
+        # Open here: closed first, then deleted.
+        await editor.conn._conn.send_request("session/delete", {"sessionId": doomed})
+        listed = await editor.conn.list_sessions(cwd=str(workspace))
+        assert [s.session_id for s in listed.sessions] == [kept]
+        assert not stores.exists(workspace, doomed)
+        assert stores.subagents(workspace, doomed) == []
+        assert not artifact.exists()
+        with pytest.raises(RequestError):
+            await editor.ask(doomed, "hello?")
+        with pytest.raises(RequestError):
+            await editor.conn.load_session(cwd=str(workspace), session_id=doomed)
+        # Deleting it again, or a session that never was, succeeds silently.
+        for gone in (doomed, "never-was"):
+            assert await editor.conn._conn.send_request("session/delete", {"sessionId": gone}) == {}
+        assert await editor.ask(kept, "still here?") == "end_turn"
+
+
+async def test_delete_refuses_a_session_another_process_holds_open(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as writer:
+        sid = await writer.new()
+        await converse(writer, sid, 1)
+        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as other:
+            with pytest.raises(RequestError) as caught:
+                await other.conn._conn.send_request("session/delete", {"sessionId": sid})
+            assert "close it there first" in str(caught.value)
+            listed = await other.conn.list_sessions(cwd=str(other.workspace))
+            assert [s.session_id for s in listed.sessions] == [sid]
+
+
+async def test_config_options_are_advertised_and_setting_one_changes_the_live_session(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    answering(openai_server)
+
+    setup = make_setup(tmp_path, openai_server, mode="ask")
+    async with connected(setup, tmp_path / "ws") as editor:
+        created = await editor.conn.new_session(cwd=str(editor.workspace))
+        sid = created.session_id
+        advertised = {o.id: o for o in created.config_options or []}
+        assert list(advertised) == ["model", "mode", "context_window", "keep_rounds"]
+        assert [c.value for c in advertised["mode"].options] == [
+            "ask",
+            "accept-edits",
+            "bypass",
+            "plan",
+        ]
+        windows = [c.value for c in advertised["context_window"].options]
+        assert "32768" in windows and "8192" in windows
+        await converse(editor, sid, 1)
+
+        changed = await editor.conn.set_config_option(
+            config_id="context_window", session_id=sid, value="8192"
+        )
+        assert options(changed.config_options) == {
+            "model": "test-model",
+            "mode": "ask",
+            "context_window": "8192",
+            "keep_rounds": "2",
+        }
+        # The live session measures against the new window: the meter and /status say so.
+        meter = [u for u in editor.client.updates(sid) if u["sessionUpdate"] == "usage_update"]
+        assert meter[-1]["size"] == 8_192
+        assert await editor.ask(sid, "/status") == "end_turn"
+        assert "window       8,192" in editor.client.agent_text(sid)
+
+        changed = await editor.conn.set_config_option(
+            config_id="keep_rounds", session_id=sid, value="0"
+        )
+        changed = await editor.conn.set_config_option(
+            config_id="mode", session_id=sid, value="bypass"
+        )
+        assert options(changed.config_options)["keep_rounds"] == "0"
+        assert options(changed.config_options)["mode"] == "bypass"
+        for config_id, value in (("context_window", "12"), ("speed", "fast"), ("model", "x")):
+            with pytest.raises(RequestError) as caught:
+                await editor.conn.set_config_option(
+                    config_id=config_id, session_id=sid, value=value
                 )
-            assert await editor.ask(kept, "still here?") == "end_turn"
-
-    asyncio.run(scenario())
-
-
-def test_delete_refuses_a_session_another_process_holds_open(
-    tmp_path: Path, openai_server: OpenAIServer
-) -> None:
-    answering(openai_server)
-
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as writer:
-            sid = await writer.new()
-            await converse(writer, sid, 1)
-            async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as other:
-                with pytest.raises(RequestError) as caught:
-                    await other.conn._conn.send_request("session/delete", {"sessionId": sid})
-                assert "close it there first" in str(caught.value)
-                listed = await other.conn.list_sessions(cwd=str(other.workspace))
-                assert [s.session_id for s in listed.sessions] == [sid]
-
-    asyncio.run(scenario())
-
-
-def test_config_options_are_advertised_and_setting_one_changes_the_live_session(
-    tmp_path: Path, openai_server: OpenAIServer
-) -> None:
-    answering(openai_server)
-
-    async def scenario() -> None:
-        setup = make_setup(tmp_path, openai_server, mode="ask")
-        async with connected(setup, tmp_path / "ws") as editor:
-            created = await editor.conn.new_session(cwd=str(editor.workspace))
-            sid = created.session_id
-            advertised = {o.id: o for o in created.config_options or []}
-            assert list(advertised) == ["model", "mode", "context_window", "keep_rounds"]
-            assert [c.value for c in advertised["mode"].options] == [
-                "ask",
-                "accept-edits",
-                "bypass",
-                "plan",
-            ]
-            windows = [c.value for c in advertised["context_window"].options]
-            assert "32768" in windows and "8192" in windows
-            await converse(editor, sid, 1)
-
-            changed = await editor.conn.set_config_option(
-                config_id="context_window", session_id=sid, value="8192"
-            )
-            assert options(changed.config_options) == {
-                "model": "test-model",
-                "mode": "ask",
-                "context_window": "8192",
-                "keep_rounds": "2",
-            }
-            # The live session measures against the new window: the meter and /status say so.
-            meter = [u for u in editor.client.updates(sid) if u["sessionUpdate"] == "usage_update"]
-            assert meter[-1]["size"] == 8_192
-            assert await editor.ask(sid, "/status") == "end_turn"
-            assert "window       8,192" in editor.client.agent_text(sid)
-
-            changed = await editor.conn.set_config_option(
-                config_id="keep_rounds", session_id=sid, value="0"
-            )
-            changed = await editor.conn.set_config_option(
-                config_id="mode", session_id=sid, value="bypass"
-            )
-            assert options(changed.config_options)["keep_rounds"] == "0"
-            assert options(changed.config_options)["mode"] == "bypass"
-            for config_id, value in (("context_window", "12"), ("speed", "fast"), ("model", "x")):
-                with pytest.raises(RequestError) as caught:
-                    await editor.conn.set_config_option(
-                        config_id=config_id, session_id=sid, value=value
-                    )
-                assert caught.value.code == -32602
-            # Load answers with the options as they are now.
-            loaded = await editor.conn.load_session(cwd=str(editor.workspace), session_id=sid)
-            assert options(loaded.config_options or [])["context_window"] == "8192"
-
-    asyncio.run(scenario())
+            assert caught.value.code == -32602
+        # Load answers with the options as they are now.
+        loaded = await editor.conn.load_session(cwd=str(editor.workspace), session_id=sid)
+        assert options(loaded.config_options or [])["context_window"] == "8192"
 
 
 def test_cancel_request_of_a_prompt_in_flight_ends_it_cancelled(
@@ -278,7 +260,7 @@ def test_cancel_request_of_a_prompt_in_flight_ends_it_cancelled(
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
-def test_load_sends_every_update_before_its_answer_and_the_meter_after_the_compaction(
+async def test_load_sends_every_update_before_its_answer_and_the_meter_after_the_compaction(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     usage = UsageSpec(prompt_tokens=9_000, completion_tokens=500, total_tokens=9_500)
@@ -290,30 +272,27 @@ def test_load_sends_every_update_before_its_answer_and_the_meter_after_the_compa
         )
     )
 
-    async def scenario() -> None:
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            sid = await editor.new()
-            await converse(editor, sid, 3)
-            result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
-            assert result["status"] == "completed"
-            post = result["postTokens"]
-        assert post != 9_500
-        async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
-            await editor.conn.load_session(cwd=str(editor.workspace), session_id=sid)
-            answered = response_at(editor, 1)
-            kinds = editor.client.kinds(sid)
-            updates_at = [
-                i for i, m in enumerate(editor.client.wire) if m.get("method") == "session/update"
-            ]
-            assert max(updates_at) < answered  # nothing of the load after its answer
-            assert kinds.count("available_commands_update") == 1
-            meter = [u for u in editor.client.updates(sid) if u["sessionUpdate"] == "usage_update"]
-            assert [u["used"] for u in meter] == [post]  # the size after the compaction
-
-    asyncio.run(scenario())
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        sid = await editor.new()
+        await converse(editor, sid, 3)
+        result = await editor.conn.ext_method("cairn/compact", {"sessionId": sid})
+        assert result["status"] == "completed"
+        post = result["postTokens"]
+    assert post != 9_500
+    async with connected(make_setup(tmp_path, openai_server), tmp_path / "ws") as editor:
+        await editor.conn.load_session(cwd=str(editor.workspace), session_id=sid)
+        answered = response_at(editor, 1)
+        kinds = editor.client.kinds(sid)
+        updates_at = [
+            i for i, m in enumerate(editor.client.wire) if m.get("method") == "session/update"
+        ]
+        assert max(updates_at) < answered  # nothing of the load after its answer
+        assert kinds.count("available_commands_update") == 1
+        meter = [u for u in editor.client.updates(sid) if u["sessionUpdate"] == "usage_update"]
+        assert [u["used"] for u in meter] == [post]  # the size after the compaction
 
 
-def test_cancel_request_before_the_turn_runs_answers_request_cancelled(
+async def test_cancel_request_before_the_turn_runs_answers_request_cancelled(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     # A SessionStart hook that takes its time: the prompt is in flight, the turn not begun.
@@ -329,17 +308,15 @@ def test_cancel_request_before_the_turn_runs_answers_request_cancelled(
     )
     openai_server.script(Reply(text="never asked"), Reply(text="Now."))
 
-    async def scenario() -> None:
-        setup = make_setup(tmp_path, openai_server, settings=settings)
-        async with connected(setup, tmp_path / "ws") as editor:
-            sid = await editor.new()
-            request_id, running = await prompt_with_id(editor, sid, "first")
-            while not started.exists():
-                await asyncio.sleep(0.01)
-            await editor.conn._conn.send_notification("$/cancel_request", {"requestId": request_id})
-            with pytest.raises(RequestError) as caught:
-                await asyncio.wait_for(running, 30)
-            assert caught.value.code == -32800
+    setup = make_setup(tmp_path, openai_server, settings=settings)
+    async with connected(setup, tmp_path / "ws") as editor:
+        sid = await editor.new()
+        request_id, running = await prompt_with_id(editor, sid, "first")
+        while not started.exists():
+            await asyncio.sleep(0.01)
+        await editor.conn._conn.send_notification("$/cancel_request", {"requestId": request_id})
+        with pytest.raises(RequestError) as caught:
+            await asyncio.wait_for(running, 30)
+        assert caught.value.code == -32800
 
-    asyncio.run(scenario())
     assert openai_server.bodies == []  # the turn never reached the model

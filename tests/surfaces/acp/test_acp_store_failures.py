@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from acp_client import answering, connected, make_setup
-from openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
+from support.acp_client import answering, connected, make_setup
+from support.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
 
 
 def failing_fsync(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 
 from acp import spawn_agent_process
 
-from acp_client import CAIRN_CLIENT, SUMMARY, EditorClient, capabilities, is_fork
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.acp_client import CAIRN_CLIENT, SUMMARY, EditorClient, capabilities, is_fork
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
@@ -351,34 +351,31 @@ def test_subprocess_resume_close_delete_config_options_and_cancel_request(
     assert not list((tmp_path / "home" / "projects").glob("*/*.jsonl"))
 
 
-def test_subprocess_load_sends_all_its_updates_first_and_the_meter_after_the_compaction(
+async def test_subprocess_load_sends_all_its_updates_first_and_the_meter_after_the_compaction(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(responder)
     cwd = str(tmp_path / "ws")
 
-    async def scenario() -> None:
-        async with raw_agent(tmp_path, openai_server) as editor:
-            sid = (await editor.request("session/new", {"cwd": cwd}))["result"]["sessionId"]
-            for n in range(3):
-                prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": f"question {n}"}]}
-                await editor.request("session/prompt", prompt)
-            compact = await editor.request("_cairn/compact", {"sessionId": sid})
-            post = compact["result"]["postTokens"]
-            await editor.finish()
-        async with raw_agent(tmp_path, openai_server) as editor:
-            load = await editor.request("session/load", {"sessionId": sid, "cwd": cwd})
-            assert "result" in load
-            kinds = [u["sessionUpdate"] for u in editor.updates()]
-            assert "user_message_chunk" in kinds and "tool_call" in kinds
-            assert kinds[-2:] == ["available_commands_update", "usage_update"]
-            assert editor.updates()[-1]["used"] == post
-            await editor.finish()
-            # Nothing of the load after its answer.
-            answered = editor.received.index(load)
-            assert not [m for m in editor.received[answered + 1 :] if "method" in m]
-
-    asyncio.run(scenario())
+    async with raw_agent(tmp_path, openai_server) as editor:
+        sid = (await editor.request("session/new", {"cwd": cwd}))["result"]["sessionId"]
+        for n in range(3):
+            prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": f"question {n}"}]}
+            await editor.request("session/prompt", prompt)
+        compact = await editor.request("_cairn/compact", {"sessionId": sid})
+        post = compact["result"]["postTokens"]
+        await editor.finish()
+    async with raw_agent(tmp_path, openai_server) as editor:
+        load = await editor.request("session/load", {"sessionId": sid, "cwd": cwd})
+        assert "result" in load
+        kinds = [u["sessionUpdate"] for u in editor.updates()]
+        assert "user_message_chunk" in kinds and "tool_call" in kinds
+        assert kinds[-2:] == ["available_commands_update", "usage_update"]
+        assert editor.updates()[-1]["used"] == post
+        await editor.finish()
+        # Nothing of the load after its answer.
+        answered = editor.received.index(load)
+        assert not [m for m in editor.received[answered + 1 :] if "method" in m]
 
 
 def test_subprocess_cairn_notifications_only_for_a_client_that_asks(

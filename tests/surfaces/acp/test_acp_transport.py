@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_acp_subprocess import RawEditor, raw_agent
 
 from cairn.surfaces.acp.transport import MAX_LINE_BYTES, message_problem
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
 )
+from surfaces.acp.test_acp_subprocess import RawEditor, raw_agent
 
 #: Each hostile line, and the JSON-RPC error code and id its reply must carry.
 HOSTILE: list[tuple[bytes, int, object]] = [

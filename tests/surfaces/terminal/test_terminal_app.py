@@ -34,7 +34,7 @@ from cairn.surfaces.terminal.widgets import (
     PromptInput,
     ToolView,
 )
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
@@ -118,42 +118,38 @@ async def converse(pilot: Pilot[None], app: CairnApp, turns: int) -> None:
         await until(pilot, answered, f"answer {n}")
 
 
-def test_old_messages_stay_on_screen_and_the_compact_block_is_appended(
+async def test_old_messages_stay_on_screen_and_the_compact_block_is_appended(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     answering(openai_server)
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            await converse(pilot, app, 3)
-            before = [e.id for e in app.transcript.entries]
-            await submit(pilot, "/compact")
-            await until(pilot, lambda: "compact" in kinds(app) and not app.busy, "the block")
-            ids = [e.id for e in app.transcript.entries]
-            assert ids[:-1] == before and kinds(app)[-1] == "compact"
-            shown = rendered(app)
-            assert [w.entry_id for w in shown] == ids  # the old messages are still mounted
-            block = shown[-1]
-            assert isinstance(block, CompactView)
-            assert re.fullmatch(
-                r"Conversation compacted · [\d,]+ → [\d,]+ tokens · llm", block.title
-            )
-            assert block.collapsed
-            block.collapsed = False  # expandable to the summary
-            await pilot.pause()
-            assert "Explain calc.py" in app.transcript.entries[-1].text
-            await converse(pilot, app, 1)
-            assert kinds(app)[-3:] == ["compact", "user", "assistant"]
-            assert notices(app) == []  # the block says it; no duplicate notice
+    async with app.run_test() as pilot:
+        await converse(pilot, app, 3)
+        before = [e.id for e in app.transcript.entries]
+        await submit(pilot, "/compact")
+        await until(pilot, lambda: "compact" in kinds(app) and not app.busy, "the block")
+        ids = [e.id for e in app.transcript.entries]
+        assert ids[:-1] == before and kinds(app)[-1] == "compact"
+        shown = rendered(app)
+        assert [w.entry_id for w in shown] == ids  # the old messages are still mounted
+        block = shown[-1]
+        assert isinstance(block, CompactView)
+        assert re.fullmatch(r"Conversation compacted · [\d,]+ → [\d,]+ tokens · llm", block.title)
+        assert block.collapsed
+        block.collapsed = False  # expandable to the summary
+        await pilot.pause()
+        assert "Explain calc.py" in app.transcript.entries[-1].text
+        await converse(pilot, app, 1)
+        assert kinds(app)[-3:] == ["compact", "user", "assistant"]
+        assert notices(app) == []  # the block says it; no duplicate notice
 
-    asyncio.run(scenario())
     assert app.agent.usage.compactions == 1
     rt.close()
 
 
-def test_the_compacting_hint_shows_the_tail_and_goes_when_compaction_ends(
+async def test_the_compacting_hint_shows_the_tail_and_goes_when_compaction_ends(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
@@ -162,7 +158,7 @@ def test_the_compacting_hint_shows_the_tail_and_goes_when_compaction_ends(
     held_after = 12  # the role chunk and 11 content pieces of 4 characters
     streamed = SUMMARY[: (held_after - 1) * 4]
 
-    async def scenario() -> None:
+    try:
         async with app.run_test() as pilot:
             answering(openai_server)
             await converse(pilot, app, 3)
@@ -182,9 +178,6 @@ def test_the_compacting_hint_shows_the_tail_and_goes_when_compaction_ends(
             await until(pilot, lambda: not app.busy, "the compaction ends")
             assert app.hint == "" and not app.query_one("#hint").display
             assert kinds(app)[-1] == "compact"
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     rt.close()
@@ -228,14 +221,14 @@ def test_only_the_latest_30_messages_render_while_the_session_keeps_all(
     rt.close()
 
 
-def test_compact_while_streaming_is_ignored_with_a_notice(
+async def test_compact_while_streaming_is_ignored_with_a_notice(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
+    try:
         async with app.run_test() as pilot:
             answering(openai_server)
             await converse(pilot, app, 2)
@@ -254,22 +247,19 @@ def test_compact_while_streaming_is_ignored_with_a_notice(
             assert app.transcript.entries[-2].text == ANSWER  # whole, then the notice
             assert len(openai_server.requests) == requests
             assert not any(is_fork(b) for b in openai_server.bodies)
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     rt.close()
 
 
-def test_a_prompt_sent_while_an_answer_streams_is_queued_and_goes_when_the_turn_ends(
+async def test_a_prompt_sent_while_an_answer_streams_is_queued_and_goes_when_the_turn_ends(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
+    try:
         async with app.run_test() as pilot:
             prompt = app.query_one(PromptInput)
             answering(openai_server, lambda body: Reply(text=ANSWER, hold=gate, hold_after=4))
@@ -300,22 +290,19 @@ def test_a_prompt_sent_while_an_answer_streams_is_queued_and_goes_when_the_turn_
                 "and then the tests, briefly",
             ]
             assert app.queued == "" and "interrupted" not in notices(app)
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     rt.close()
 
 
-def test_a_second_escape_after_taking_the_queue_back_cancels_the_turn(
+async def test_a_second_escape_after_taking_the_queue_back_cancels_the_turn(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
+    try:
         async with app.run_test() as pilot:
             answering(openai_server, lambda body: Reply(text=ANSWER, hold=gate, hold_after=4))
             await submit(pilot, "explain calc.py")
@@ -331,9 +318,6 @@ def test_a_second_escape_after_taking_the_queue_back_cancels_the_turn(
             assert "interrupted" in notices(app)
             assert app.query_one(PromptInput).value == "later"
             assert len([b for b in openai_server.bodies if not is_fork(b)]) == 1  # never sent
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     rt.close()
@@ -343,14 +327,14 @@ def texts(app: CairnApp) -> list[str]:
     return [e.text for e in app.transcript.entries]
 
 
-def test_a_second_compact_while_one_runs_is_skipped_and_clear_while_compacting_is_refused(
+async def test_a_second_compact_while_one_runs_is_skipped_and_clear_while_compacting_is_refused(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
+    try:
         async with app.run_test() as pilot:
             answering(openai_server)
             await converse(pilot, app, 3)
@@ -379,60 +363,55 @@ def test_a_second_compact_while_one_runs_is_skipped_and_clear_while_compacting_i
             await submit(pilot, "/clear")
             await until(pilot, lambda: app.agent.id != session_id, "the new session")
             assert notices(app) == [f"new session {app.agent.id}"]
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     assert sum(is_fork(b) for b in openai_server.bodies) == 1
     rt.close()
 
 
-def test_the_meter_updates_after_a_response(tmp_path: Path, openai_server: OpenAIServer) -> None:
+async def test_the_meter_updates_after_a_response(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            await pilot.pause()
-            budget = app.agent.usage.input_budget
-            assert budget
-            # Before any response, the pipeline's estimate, marked as one.
-            estimate = app.agent.usage.projected_tokens
-            assert estimate
-            share = estimate * 100 // budget
-            assert (
-                app.meter == f"context ~{estimate:,} / {budget:,} tokens ({share}%) · 0 compactions"
-            )
-            # A response without usage moves the estimate, and the meter with it.
-            answering(openai_server, lambda body: Reply(text=ANSWER, omit_usage=True))
-            await converse(pilot, app, 1)
-            later = app.agent.usage.projected_tokens
-            assert later and later > estimate and app.agent.usage.latest_total_tokens is None
-            assert app.meter.startswith(f"context ~{later:,} / {budget:,} tokens")
-            answering(
-                openai_server,
-                lambda body: Reply(text=ANSWER, usage=UsageSpec(1000, 234, total_tokens=1234)),
-            )
-            await converse(pilot, app, 3)
-            share = 1234 * 100 // budget
-            assert app.meter == f"context 1,234 / {budget:,} tokens ({share}%) · 0 compactions"
-            await submit(pilot, "/compact")
-            await until(pilot, lambda: "1 compaction" in app.meter, "the meter after /compact")
-            block = next(e for e in app.transcript.entries if e.kind == "compact")
-            post = block.detail.split("→ ")[1].split(" tokens")[0]
-            assert app.meter.startswith(f"context {post} / {budget:,} tokens")
-            # The compaction's count is not kept past a turn whose responses reported none.
-            answering(openai_server, lambda body: Reply(text=ANSWER, omit_usage=True))
-            await converse(pilot, app, 1)
-            now = app.agent.usage.projected_tokens
-            assert now and app.meter.startswith(f"context ~{now:,} / {budget:,} tokens")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        budget = app.agent.usage.input_budget
+        assert budget
+        # Before any response, the pipeline's estimate, marked as one.
+        estimate = app.agent.usage.projected_tokens
+        assert estimate
+        share = estimate * 100 // budget
+        assert app.meter == f"context ~{estimate:,} / {budget:,} tokens ({share}%) · 0 compactions"
+        # A response without usage moves the estimate, and the meter with it.
+        answering(openai_server, lambda body: Reply(text=ANSWER, omit_usage=True))
+        await converse(pilot, app, 1)
+        later = app.agent.usage.projected_tokens
+        assert later and later > estimate and app.agent.usage.latest_total_tokens is None
+        assert app.meter.startswith(f"context ~{later:,} / {budget:,} tokens")
+        answering(
+            openai_server,
+            lambda body: Reply(text=ANSWER, usage=UsageSpec(1000, 234, total_tokens=1234)),
+        )
+        await converse(pilot, app, 3)
+        share = 1234 * 100 // budget
+        assert app.meter == f"context 1,234 / {budget:,} tokens ({share}%) · 0 compactions"
+        await submit(pilot, "/compact")
+        await until(pilot, lambda: "1 compaction" in app.meter, "the meter after /compact")
+        block = next(e for e in app.transcript.entries if e.kind == "compact")
+        post = block.detail.split("→ ")[1].split(" tokens")[0]
+        assert app.meter.startswith(f"context {post} / {budget:,} tokens")
+        # The compaction's count is not kept past a turn whose responses reported none.
+        answering(openai_server, lambda body: Reply(text=ANSWER, omit_usage=True))
+        await converse(pilot, app, 1)
+        now = app.agent.usage.projected_tokens
+        assert now and app.meter.startswith(f"context ~{now:,} / {budget:,} tokens")
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_a_permission_request_is_a_modal_and_its_answer_reaches_the_tool(
+async def test_a_permission_request_is_a_modal_and_its_answer_reaches_the_tool(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     plan = [
@@ -449,32 +428,30 @@ def test_a_permission_request_is_a_modal_and_its_answer_reaches_the_tool(
     rt = make_runtime(tmp_path, openai_server, mode="ask")
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            await submit(pilot, "write a.txt")
-            await until(pilot, lambda: isinstance(app.screen, PermissionScreen), "the modal")
-            assert app.agent.status == "tools"
-            keys = app.screen.query_one("#keys", Static)
-            assert str(keys.content) == "y allow once · a allow always · n deny · Esc deny"
-            assert keys.region.height == 1  # on the screen, not only in the tree
-            await pilot.click("#allow-once")
-            await until(pilot, lambda: not app.busy, "the turn ends")
-            assert not isinstance(app.screen, PermissionScreen)
-            assert app.transcript.entries[-1].text == "Wrote a.txt."
-            await submit(pilot, "write b.txt")
-            await until(pilot, lambda: isinstance(app.screen, PermissionScreen), "the modal")
-            await pilot.press("escape")  # Esc in the modal denies
-            await until(pilot, lambda: not app.busy, "the turn ends")
-            tool = next(e for e in reversed(app.transcript.entries) if e.kind == "tool")
-            assert "denied" in tool.detail
+    async with app.run_test() as pilot:
+        await submit(pilot, "write a.txt")
+        await until(pilot, lambda: isinstance(app.screen, PermissionScreen), "the modal")
+        assert app.agent.status == "tools"
+        keys = app.screen.query_one("#keys", Static)
+        assert str(keys.content) == "y allow once · a allow always · n deny · Esc deny"
+        assert keys.region.height == 1  # on the screen, not only in the tree
+        await pilot.click("#allow-once")
+        await until(pilot, lambda: not app.busy, "the turn ends")
+        assert not isinstance(app.screen, PermissionScreen)
+        assert app.transcript.entries[-1].text == "Wrote a.txt."
+        await submit(pilot, "write b.txt")
+        await until(pilot, lambda: isinstance(app.screen, PermissionScreen), "the modal")
+        await pilot.press("escape")  # Esc in the modal denies
+        await until(pilot, lambda: not app.busy, "the turn ends")
+        tool = next(e for e in reversed(app.transcript.entries) if e.kind == "tool")
+        assert "denied" in tool.detail
 
-    asyncio.run(scenario())
     assert (rt.workspace / "a.txt").read_text() == "A"
     assert not (rt.workspace / "b.txt").exists()
     rt.close()
 
 
-def test_a_long_tool_result_is_short_until_expanded(
+async def test_a_long_tool_result_is_short_until_expanded(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     plan = [
@@ -494,54 +471,52 @@ def test_a_long_tool_result_is_short_until_expanded(
     def tools() -> list[ToolView]:
         return [w for w in rendered(app) if isinstance(w, ToolView)]
 
-    async def scenario() -> None:
-        async with app.run_test(size=(100, 50)) as pilot:
-            await submit(pilot, "read ledger.txt")
-            await until(pilot, lambda: len(tools()) == 1 and not app.busy, "the tool call")
-            await until(pilot, lambda: kinds(app)[-1] == "assistant", "the answer")
-            result = next(m for m in app.agent.ui_messages() if m.role == "tool").text
-            assert "entry 59: the ledger balances" in result and len(result.splitlines()) >= 60
-            view = tools()[0]
-            entry = app.transcript.get(view.entry_id)
-            assert entry is not None and entry.text == 'read_file {"path": "ledger.txt"}'
-            short = one_line(result)
-            assert entry.detail == short and len(short) == RESULT_CHARS and short.endswith("…")
-            head = str(view.head.content) + "\n" + str(view.result.content)  # call, result rows
-            assert entry.text in head and short in head and "entry 59" not in head
-            assert view.more.display and view.more.collapsed  # collapsed by default
-            assert str(view.full.content) == result.strip("\n").rstrip()
-            contents = view.more.query_one(Collapsible.Contents)
-            assert contents.region.height == 0 and view.full.region.height == 0
-            await pilot.click(view.more.query_one("CollapsibleTitle"))
-            await until(pilot, lambda: not view.more.collapsed, "expanded")
-            await until(pilot, lambda: view.full.region.height > 0, "the full result shown")
-            assert view.full.size.height == len(result.strip("\n").splitlines())
-            assert "entry 59: the ledger balances" in str(view.full.content)
-            title = view.more.query_one("CollapsibleTitle")
-            title.focus()
-            await pilot.press("enter")  # the keyboard folds it again
-            await until(pilot, lambda: view.more.collapsed, "collapsed again")
-            await until(pilot, lambda: view.full.region.height == 0, "the full result hidden")
-            # The expanded view (Ctrl+O) opens every result, and closes them again.
-            app.query_one(PromptInput).focus()
-            await pilot.press("ctrl+o")
-            await until(pilot, lambda: not tools()[0].more.collapsed, "opened by Ctrl+O")
-            await pilot.press("ctrl+o")
-            await until(pilot, lambda: tools()[0].more.collapsed, "closed by Ctrl+O")
-            title.focus()
-            # Typing while the title has the focus goes to the prompt.
-            await pilot.press("r")
-            prompt = app.query_one(PromptInput)
-            await until(pilot, lambda: prompt.has_focus and prompt.value == "r", "typed")
-            prompt.value = ""
-            # A result the short form shows whole has nothing to expand.
-            await submit(pilot, "read one.txt")
-            await until(pilot, lambda: kinds(app)[-1] == "assistant" and not app.busy, "answer")
-            small = tools()[-1]
-            entry = app.transcript.get(small.entry_id)
-            assert entry is not None and entry.full == "" and not small.more.display
+    async with app.run_test(size=(100, 50)) as pilot:
+        await submit(pilot, "read ledger.txt")
+        await until(pilot, lambda: len(tools()) == 1 and not app.busy, "the tool call")
+        await until(pilot, lambda: kinds(app)[-1] == "assistant", "the answer")
+        result = next(m for m in app.agent.ui_messages() if m.role == "tool").text
+        assert "entry 59: the ledger balances" in result and len(result.splitlines()) >= 60
+        view = tools()[0]
+        entry = app.transcript.get(view.entry_id)
+        assert entry is not None and entry.text == 'read_file {"path": "ledger.txt"}'
+        short = one_line(result)
+        assert entry.detail == short and len(short) == RESULT_CHARS and short.endswith("…")
+        head = str(view.head.content) + "\n" + str(view.result.content)  # call, result rows
+        assert entry.text in head and short in head and "entry 59" not in head
+        assert view.more.display and view.more.collapsed  # collapsed by default
+        assert str(view.full.content) == result.strip("\n").rstrip()
+        contents = view.more.query_one(Collapsible.Contents)
+        assert contents.region.height == 0 and view.full.region.height == 0
+        await pilot.click(view.more.query_one("CollapsibleTitle"))
+        await until(pilot, lambda: not view.more.collapsed, "expanded")
+        await until(pilot, lambda: view.full.region.height > 0, "the full result shown")
+        assert view.full.size.height == len(result.strip("\n").splitlines())
+        assert "entry 59: the ledger balances" in str(view.full.content)
+        title = view.more.query_one("CollapsibleTitle")
+        title.focus()
+        await pilot.press("enter")  # the keyboard folds it again
+        await until(pilot, lambda: view.more.collapsed, "collapsed again")
+        await until(pilot, lambda: view.full.region.height == 0, "the full result hidden")
+        # The expanded view (Ctrl+O) opens every result, and closes them again.
+        app.query_one(PromptInput).focus()
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: not tools()[0].more.collapsed, "opened by Ctrl+O")
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: tools()[0].more.collapsed, "closed by Ctrl+O")
+        title.focus()
+        # Typing while the title has the focus goes to the prompt.
+        await pilot.press("r")
+        prompt = app.query_one(PromptInput)
+        await until(pilot, lambda: prompt.has_focus and prompt.value == "r", "typed")
+        prompt.value = ""
+        # A result the short form shows whole has nothing to expand.
+        await submit(pilot, "read one.txt")
+        await until(pilot, lambda: kinds(app)[-1] == "assistant" and not app.busy, "answer")
+        small = tools()[-1]
+        entry = app.transcript.get(small.entry_id)
+        assert entry is not None and entry.full == "" and not small.more.display
 
-    asyncio.run(scenario())
     rt.close()
 
 
@@ -553,7 +528,7 @@ def test_the_permission_keys_shown_are_the_ones_that_answer() -> None:
         assert bound[{"Esc": "escape"}.get(key, key)] == f"decide('{decision}')"
 
 
-def test_a_wide_character_result_stays_one_row_under_its_call(
+async def test_a_wide_character_result_stays_one_row_under_its_call(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     """Issue 29 (b): the short result of a Chinese file wrapped to the screen's first column."""
@@ -566,23 +541,21 @@ def test_a_wide_character_result_stays_one_row_under_its_call(
     (rt.workspace / "账本.txt").write_text("账本平衡。" * 30, encoding="utf-8")
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test(size=(100, 50)) as pilot:
-            await submit(pilot, "read 账本.txt")
-            await until(pilot, lambda: kinds(app)[-1] == "assistant" and not app.busy, "answer")
-            (view,) = [w for w in rendered(app) if isinstance(w, ToolView)]
-            entry = app.transcript.get(view.entry_id)
-            assert entry is not None and "账本平衡" in entry.detail
-            assert cell_len(entry.detail) <= RESULT_CHARS
-            # The call's row, the result's row, then the fold's title: nothing wrapped.
-            await until(pilot, lambda: view.more.region.height > 0, "laid out")
-            assert view.more.region.y - view.region.y == 2
+    async with app.run_test(size=(100, 50)) as pilot:
+        await submit(pilot, "read 账本.txt")
+        await until(pilot, lambda: kinds(app)[-1] == "assistant" and not app.busy, "answer")
+        (view,) = [w for w in rendered(app) if isinstance(w, ToolView)]
+        entry = app.transcript.get(view.entry_id)
+        assert entry is not None and "账本平衡" in entry.detail
+        assert cell_len(entry.detail) <= RESULT_CHARS
+        # The call's row, the result's row, then the fold's title: nothing wrapped.
+        await until(pilot, lambda: view.more.region.height > 0, "laid out")
+        assert view.more.region.y - view.region.y == 2
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_the_resume_command_names_the_open_session_once_it_has_a_message(
+async def test_the_resume_command_names_the_open_session_once_it_has_a_message(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     """Issue 29 (d): what ``cairn`` prints on the way out (the tmux test sees it printed)."""
@@ -590,26 +563,24 @@ def test_the_resume_command_names_the_open_session_once_it_has_a_message(
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            assert app.resume_command is None  # nothing to come back to
-            await converse(pilot, app, 1)
-            assert app.resume_command == f"cairn --resume {app.agent.id}"
-            first = app.agent.id
-            await submit(pilot, "/clear")
-            await until(pilot, lambda: app.agent.id != first, "the new session")
-            assert app.resume_command is None
-            await submit(pilot, f"/resume {first}")
-            await until(pilot, lambda: app.agent.id == first, "back")
-            assert app.resume_command == f"cairn --resume {first}"
-            await pilot.press("ctrl+d")
-        assert app.resume_command == f"cairn --resume {first}"  # still known after the exit
+    async with app.run_test() as pilot:
+        assert app.resume_command is None  # nothing to come back to
+        await converse(pilot, app, 1)
+        assert app.resume_command == f"cairn --resume {app.agent.id}"
+        first = app.agent.id
+        await submit(pilot, "/clear")
+        await until(pilot, lambda: app.agent.id != first, "the new session")
+        assert app.resume_command is None
+        await submit(pilot, f"/resume {first}")
+        await until(pilot, lambda: app.agent.id == first, "back")
+        assert app.resume_command == f"cairn --resume {first}"
+        await pilot.press("ctrl+d")
+    assert app.resume_command == f"cairn --resume {first}"  # still known after the exit
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_escape_aborts_a_streaming_response_and_the_transcript_stays_whole(
+async def test_escape_aborts_a_streaming_response_and_the_transcript_stays_whole(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
@@ -618,7 +589,7 @@ def test_escape_aborts_a_streaming_response_and_the_transcript_stays_whole(
     app = CairnApp(rt, AgentSession.new(rt))
     streamed = ANSWER[:32]  # 8 pieces of 4 characters
 
-    async def scenario() -> None:
+    try:
         async with app.run_test() as pilot:
             await submit(pilot, "explain calc.py")
             await until(pilot, lambda: app.hint.endswith(stream_tail(streamed)), "the spinner")
@@ -628,9 +599,6 @@ def test_escape_aborts_a_streaming_response_and_the_transcript_stays_whole(
             await until(pilot, lambda: not app.busy, "the turn ends")
             assert "interrupted" in notices(app)
             assert app.hint == ""
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     ui = app.agent.ui_messages()
@@ -639,7 +607,7 @@ def test_escape_aborts_a_streaming_response_and_the_transcript_stays_whole(
     rt.close()
 
 
-def test_a_provider_error_is_an_error_block_and_the_app_goes_on(
+async def test_a_provider_error_is_an_error_block_and_the_app_goes_on(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     replies = [Reply.http_error(400, "the model is not loaded"), Reply(text="Back again.")]
@@ -647,72 +615,68 @@ def test_a_provider_error_is_an_error_block_and_the_app_goes_on(
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            await submit(pilot, "hello")
-            await until(pilot, lambda: "error" in kinds(app) and not app.busy, "the error")
-            errors = [e.text for e in app.transcript.entries if e.kind == "error"]
-            assert len(errors) == 1 and "the model is not loaded" in errors[0]
-            await submit(pilot, "hello again")
-            await until(pilot, lambda: app.transcript.entries[-1].text == "Back again.", "answer")
+    async with app.run_test() as pilot:
+        await submit(pilot, "hello")
+        await until(pilot, lambda: "error" in kinds(app) and not app.busy, "the error")
+        errors = [e.text for e in app.transcript.entries if e.kind == "error"]
+        assert len(errors) == 1 and "the model is not loaded" in errors[0]
+        await submit(pilot, "hello again")
+        await until(pilot, lambda: app.transcript.entries[-1].text == "Back again.", "answer")
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_commands_history_and_bad_input_are_one_line_notices(
+async def test_commands_history_and_bad_input_are_one_line_notices(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            await submit(pilot, "/frobnicate now")
-            assert notices(app)[-1] == "unknown command /frobnicate; /help lists the commands"
-            await submit(pilot, "/resume no-such-session")
-            assert "no session 'no-such-session'" in notices(app)[-1]
-            await submit(pilot, "/status")
-            await until(pilot, lambda: notices(app)[-1].startswith("session"), "the status")
-            assert f"session      {app.agent.id}" in notices(app)[-1]
-            await submit(pilot, "/context")
-            await until(pilot, lambda: notices(app)[-1].startswith("context"), "the context")
-            await submit(pilot, "/cost")
-            await until(pilot, lambda: notices(app)[-1].startswith("cost"), "the cost")
-            await submit(pilot, "/model")
-            await until(pilot, lambda: notices(app)[-1].startswith("model"), "the model")
-            await submit(pilot, "/help")
-            assert "/compact [instructions]" in notices(app)[-1] and "Ctrl+O" in notices(app)[-1]
-            prompt = app.query_one(PromptInput)
-            prompt.value = "half typed"
-            await pilot.press("up")
-            assert prompt.value == "/help"
-            await pilot.press(*["up"] * 5)
-            assert prompt.value == "/resume no-such-session"
-            await pilot.press(*["down"] * 6)
-            assert prompt.value == "half typed"
+    async with app.run_test() as pilot:
+        await submit(pilot, "/frobnicate now")
+        assert notices(app)[-1] == "unknown command /frobnicate; /help lists the commands"
+        await submit(pilot, "/resume no-such-session")
+        assert "no session 'no-such-session'" in notices(app)[-1]
+        await submit(pilot, "/status")
+        await until(pilot, lambda: notices(app)[-1].startswith("session"), "the status")
+        assert f"session      {app.agent.id}" in notices(app)[-1]
+        await submit(pilot, "/context")
+        await until(pilot, lambda: notices(app)[-1].startswith("context"), "the context")
+        await submit(pilot, "/cost")
+        await until(pilot, lambda: notices(app)[-1].startswith("cost"), "the cost")
+        await submit(pilot, "/model")
+        await until(pilot, lambda: notices(app)[-1].startswith("model"), "the model")
+        await submit(pilot, "/help")
+        assert "/compact [instructions]" in notices(app)[-1] and "Ctrl+O" in notices(app)[-1]
+        prompt = app.query_one(PromptInput)
+        prompt.value = "half typed"
+        await pilot.press("up")
+        assert prompt.value == "/help"
+        await pilot.press(*["up"] * 5)
+        assert prompt.value == "/resume no-such-session"
+        await pilot.press(*["down"] * 6)
+        assert prompt.value == "half typed"
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_ctrl_c_twice_on_an_idle_prompt_exits(tmp_path: Path, openai_server: OpenAIServer) -> None:
+async def test_ctrl_c_twice_on_an_idle_prompt_exits(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            await pilot.press("ctrl+c")
-            assert app.hint == "Press Ctrl+C again to exit" and app.is_running
-            await pilot.press("x")  # typing disarms it
-            assert app.hint == ""
-            await pilot.press("ctrl+c")  # clears the typed line first
-            assert app.query_one(PromptInput).value == "" and app.is_running
-            await pilot.press("ctrl+c", "ctrl+c")
-            await pilot.pause()
-            assert not app.is_running
+    async with app.run_test() as pilot:
+        await pilot.press("ctrl+c")
+        assert app.hint == "Press Ctrl+C again to exit" and app.is_running
+        await pilot.press("x")  # typing disarms it
+        assert app.hint == ""
+        await pilot.press("ctrl+c")  # clears the typed line first
+        assert app.query_one(PromptInput).value == "" and app.is_running
+        await pilot.press("ctrl+c", "ctrl+c")
+        await pilot.pause()
+        assert not app.is_running
 
-    asyncio.run(scenario())
     rt.close()
 
 
@@ -751,14 +715,14 @@ def test_resume_with_no_id_opens_a_picker_of_the_other_sessions(
     rt.close()
 
 
-def test_escape_cancels_a_running_compaction_and_nothing_is_written(
+async def test_escape_cancels_a_running_compaction_and_nothing_is_written(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     gate = threading.Event()
     rt = make_runtime(tmp_path, openai_server)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
+    try:
         async with app.run_test() as pilot:
             answering(openai_server)
             await converse(pilot, app, 3)
@@ -777,9 +741,6 @@ def test_escape_cancels_a_running_compaction_and_nothing_is_written(
             assert "compact" not in kinds(app)
             await converse(pilot, app, 1)  # the session goes on
             assert app.transcript.entries[-1].text == "after"
-
-    try:
-        asyncio.run(scenario())
     finally:
         gate.set()
     assert app.agent.usage.compactions == 0

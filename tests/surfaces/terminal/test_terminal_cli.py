@@ -20,8 +20,8 @@ from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.terminal.run import TerminalArgs, open_session
-from cli_run import cairn_p
-from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.cli_run import cairn_p
+from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
 
 
 def env(server: OpenAIServer, home: Path) -> dict[str, str]:

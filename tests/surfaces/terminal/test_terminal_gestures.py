@@ -10,7 +10,6 @@ import asyncio
 import json
 from pathlib import Path
 
-from test_terminal_app import kinds, make_runtime, notices, submit, texts, until
 from textual.widgets import OptionList
 
 from cairn import AgentSession
@@ -18,15 +17,16 @@ from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.app import REWIND_ARMED
 from cairn.surfaces.terminal.picker import RestoreChoice, RewindPicker
 from cairn.surfaces.terminal.widgets import MessageList, PromptInput, ToolView
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
+from surfaces.terminal.test_terminal_app import kinds, make_runtime, notices, submit, texts, until
 
 
-def test_an_at_path_completes_on_tab_and_the_sent_prompt_attaches_the_file(
+async def test_an_at_path_completes_on_tab_and_the_sent_prompt_attaches_the_file(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(lambda body: Reply(text="Read it."))
@@ -38,33 +38,31 @@ def test_an_at_path_completes_on_tab_and_the_sent_prompt_attaches_the_file(
     (rt.workspace / "setup.py").write_text("", encoding="utf-8")
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            prompt = app.query_one(PromptInput)
-            await pilot.press(*"look at @s")
-            await until(pilot, lambda: app.completions == "@src/   @setup.py", "two paths")
-            await pilot.press("r", "tab")  # one folder: completed, and completing goes on
-            assert prompt.value == "look at @src/"
-            await until(pilot, lambda: app.completions == "@src/cairn/", "the folder's")
-            await pilot.press("tab")
-            await until(
-                pilot,
-                lambda: app.completions == "@src/cairn/app.py   @src/cairn/view.py",
-                "the files",
-            )
-            await pilot.press("tab")  # no common start to add: the first
-            assert prompt.value == "look at @src/cairn/app.py"
-            await until(pilot, lambda: app.completions == "@src/cairn/app.py", "the one")
-            await pilot.press("space")
-            await until(pilot, lambda: app.completions == "", "done: the line goes")
-            await pilot.press(*"please", "enter")
-            await until(pilot, lambda: "Read it." in texts(app) and not app.busy, "answered")
-            assert texts(app)[0] == "look at @src/cairn/app.py please"
-            # The core attached the file: the model read it as a tool result.
-            sent = openai_server.bodies[0]["messages"]
-            assert any(m["role"] == "tool" and "MARKER-APP" in str(m["content"]) for m in sent)
+    async with app.run_test() as pilot:
+        prompt = app.query_one(PromptInput)
+        await pilot.press(*"look at @s")
+        await until(pilot, lambda: app.completions == "@src/   @setup.py", "two paths")
+        await pilot.press("r", "tab")  # one folder: completed, and completing goes on
+        assert prompt.value == "look at @src/"
+        await until(pilot, lambda: app.completions == "@src/cairn/", "the folder's")
+        await pilot.press("tab")
+        await until(
+            pilot,
+            lambda: app.completions == "@src/cairn/app.py   @src/cairn/view.py",
+            "the files",
+        )
+        await pilot.press("tab")  # no common start to add: the first
+        assert prompt.value == "look at @src/cairn/app.py"
+        await until(pilot, lambda: app.completions == "@src/cairn/app.py", "the one")
+        await pilot.press("space")
+        await until(pilot, lambda: app.completions == "", "done: the line goes")
+        await pilot.press(*"please", "enter")
+        await until(pilot, lambda: "Read it." in texts(app) and not app.busy, "answered")
+        assert texts(app)[0] == "look at @src/cairn/app.py please"
+        # The core attached the file: the model read it as a tool result.
+        sent = openai_server.bodies[0]["messages"]
+        assert any(m["role"] == "tool" and "MARKER-APP" in str(m["content"]) for m in sent)
 
-    asyncio.run(scenario())
     rt.close()
 
 
@@ -116,27 +114,25 @@ def test_a_bang_command_is_a_block_live_and_after_a_resume_not_a_prompt(
     rt.close()
 
 
-def test_shift_tab_cycles_the_mode_and_the_footer_shows_it(
+async def test_shift_tab_cycles_the_mode_and_the_footer_shows_it(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     rt = make_runtime(tmp_path, openai_server, mode="ask")
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            assert app.mode == "mode ask · Shift+Tab"
-            prompt = app.query_one(PromptInput)
-            for mode in ("accept-edits", "bypass", "plan", "ask"):
-                await pilot.press("shift+tab")
-                shown = f"mode {mode} · Shift+Tab"
-                await until(pilot, lambda: app.mode == shown, mode)  # noqa: B023 (awaited here)
-                assert app.agent.mode == mode
-                assert app.focused is prompt  # the key is the mode's, not the focus's
-            # A mode set from elsewhere reaches the footer through its event.
-            app.agent.set_mode("bypass")
-            await until(pilot, lambda: app.mode == "mode bypass · Shift+Tab", "the event")
+    async with app.run_test() as pilot:
+        assert app.mode == "mode ask · Shift+Tab"
+        prompt = app.query_one(PromptInput)
+        for mode in ("accept-edits", "bypass", "plan", "ask"):
+            await pilot.press("shift+tab")
+            shown = f"mode {mode} · Shift+Tab"
+            await until(pilot, lambda: app.mode == shown, mode)  # noqa: B023 (awaited here)
+            assert app.agent.mode == mode
+            assert app.focused is prompt  # the key is the mode's, not the focus's
+        # A mode set from elsewhere reaches the footer through its event.
+        app.agent.set_mode("bypass")
+        await until(pilot, lambda: app.mode == "mode bypass · Shift+Tab", "the event")
 
-    asyncio.run(scenario())
     rt.close()
 
 
@@ -155,7 +151,7 @@ def write_then_change(server: OpenAIServer) -> None:
     server.respond_with(lambda body: plan.pop(0) if plan else Reply(text="ok"))
 
 
-def test_escape_twice_on_an_empty_idle_prompt_rewinds_and_can_restore_the_files(
+async def test_escape_twice_on_an_empty_idle_prompt_rewinds_and_can_restore_the_files(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     write_then_change(openai_server)
@@ -164,52 +160,50 @@ def test_escape_twice_on_an_empty_idle_prompt_rewinds_and_can_restore_the_files(
     app = CairnApp(rt, agent)
     a_txt = rt.workspace / "a.txt"
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            prompt = app.query_one(PromptInput)
-            await submit(pilot, "write a.txt")
-            await until(pilot, lambda: "Wrote one." in texts(app) and not app.busy, "one")
-            await submit(pilot, "now make it two")
-            await until(pilot, lambda: "Wrote two." in texts(app) and not app.busy, "two")
-            assert a_txt.read_text(encoding="utf-8") == "two"
-            # One Esc says what a second does; another key in between breaks the pair.
-            await pilot.press("escape")
-            assert app.hint == REWIND_ARMED
-            await pilot.press("x", "backspace", "escape")
-            assert not isinstance(app.screen, RewindPicker) and app.hint == REWIND_ARMED
-            await pilot.press("escape")
-            await until(pilot, lambda: isinstance(app.screen, RewindPicker), "the picker")
-            options = app.screen.query_one(OptionList)
-            first = str(options.get_option_at_index(0).prompt)
-            assert first.startswith("2. now make it two · ") and "files changed" in first
-            await pilot.press("enter")  # the latest prompt
-            await until(pilot, lambda: isinstance(app.screen, RestoreChoice), "the question")
-            await pilot.press("down", "enter")  # conversation and files
-            await until(pilot, lambda: app.agent.id != agent.id, "the branch")
-            assert a_txt.read_text(encoding="utf-8") == "one"  # as before prompt 2
-            assert prompt.value == "now make it two"  # back in the box, to edit
-            assert kinds(app)[:3] == ["user", "tool", "assistant"]
-            assert texts(app)[0] == "write a.txt" and texts(app)[2] == "Wrote one."
-            assert "now make it two" not in texts(app)
-            assert "restored" in notices(app)[-1] and "a.txt" in notices(app)[-1]
-            assert f"/resume {agent.id}" in notices(app)[-1]  # the original stays
-            # The conversation only: the files stay as they are.
-            branch = app.agent.id
-            prompt.value = ""
-            await pilot.press("escape", "escape")
-            await until(pilot, lambda: isinstance(app.screen, RewindPicker), "the picker")
-            await pilot.press("enter")  # the only prompt left: "write a.txt"
-            await until(pilot, lambda: isinstance(app.screen, RestoreChoice), "the question")
-            await pilot.press("enter")  # conversation only
-            await until(pilot, lambda: app.agent.id not in (agent.id, branch), "a new branch")
-            assert a_txt.read_text(encoding="utf-8") == "one" and prompt.value == "write a.txt"
-            assert kinds(app) == ["notice"]
+    async with app.run_test() as pilot:
+        prompt = app.query_one(PromptInput)
+        await submit(pilot, "write a.txt")
+        await until(pilot, lambda: "Wrote one." in texts(app) and not app.busy, "one")
+        await submit(pilot, "now make it two")
+        await until(pilot, lambda: "Wrote two." in texts(app) and not app.busy, "two")
+        assert a_txt.read_text(encoding="utf-8") == "two"
+        # One Esc says what a second does; another key in between breaks the pair.
+        await pilot.press("escape")
+        assert app.hint == REWIND_ARMED
+        await pilot.press("x", "backspace", "escape")
+        assert not isinstance(app.screen, RewindPicker) and app.hint == REWIND_ARMED
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, RewindPicker), "the picker")
+        options = app.screen.query_one(OptionList)
+        first = str(options.get_option_at_index(0).prompt)
+        assert first.startswith("2. now make it two · ") and "files changed" in first
+        await pilot.press("enter")  # the latest prompt
+        await until(pilot, lambda: isinstance(app.screen, RestoreChoice), "the question")
+        await pilot.press("down", "enter")  # conversation and files
+        await until(pilot, lambda: app.agent.id != agent.id, "the branch")
+        assert a_txt.read_text(encoding="utf-8") == "one"  # as before prompt 2
+        assert prompt.value == "now make it two"  # back in the box, to edit
+        assert kinds(app)[:3] == ["user", "tool", "assistant"]
+        assert texts(app)[0] == "write a.txt" and texts(app)[2] == "Wrote one."
+        assert "now make it two" not in texts(app)
+        assert "restored" in notices(app)[-1] and "a.txt" in notices(app)[-1]
+        assert f"/resume {agent.id}" in notices(app)[-1]  # the original stays
+        # The conversation only: the files stay as they are.
+        branch = app.agent.id
+        prompt.value = ""
+        await pilot.press("escape", "escape")
+        await until(pilot, lambda: isinstance(app.screen, RewindPicker), "the picker")
+        await pilot.press("enter")  # the only prompt left: "write a.txt"
+        await until(pilot, lambda: isinstance(app.screen, RestoreChoice), "the question")
+        await pilot.press("enter")  # conversation only
+        await until(pilot, lambda: app.agent.id not in (agent.id, branch), "a new branch")
+        assert a_txt.read_text(encoding="utf-8") == "one" and prompt.value == "write a.txt"
+        assert kinds(app) == ["notice"]
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_fork_and_rewind_n_switch_the_app_to_the_new_session(
+async def test_fork_and_rewind_n_switch_the_app_to_the_new_session(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(lambda body: Reply(text="noted"))
@@ -217,33 +211,31 @@ def test_fork_and_rewind_n_switch_the_app_to_the_new_session(
     agent = AgentSession.new(rt)
     app = CairnApp(rt, agent)
 
-    async def scenario() -> None:
-        async with app.run_test() as pilot:
-            prompt = app.query_one(PromptInput)
-            for n in range(2):
-                await submit(pilot, f"remember {n}")
-                await until(pilot, lambda: texts(app).count("noted") == n + 1, "noted")  # noqa: B023
-                await until(pilot, lambda: not app.busy, "idle")
-            await submit(pilot, "/fork")
-            await until(pilot, lambda: app.agent.id != agent.id, "the copy")
-            fork = app.agent.id
-            assert notices(app)[-1].startswith(f"forked {agent.id} into {fork}")
-            assert texts(app)[:4] == ["remember 0", "noted", "remember 1", "noted"]
-            assert [s.id for s in AgentSession.sessions(rt)].count(agent.id) == 1  # still there
-            await submit(pilot, "/rewind 2")
-            await until(pilot, lambda: app.agent.id not in (agent.id, fork), "the branch")
-            assert prompt.value == "remember 1"
-            assert texts(app)[:2] == ["remember 0", "noted"] and "remember 1" not in texts(app)
-            assert notices(app)[-1].startswith("rewound to before prompt 2")
-            # /rewind alone opens the picker over the branch's prompts.
-            prompt.value = ""
-            await submit(pilot, "/rewind")
-            await until(pilot, lambda: isinstance(app.screen, RewindPicker), "the picker")
-            picker = app.screen
-            assert isinstance(picker, RewindPicker)
-            assert [p.text for p in picker.points] == ["remember 0"]
-            await pilot.press("escape")
-            await until(pilot, lambda: not isinstance(app.screen, RewindPicker), "closed")
+    async with app.run_test() as pilot:
+        prompt = app.query_one(PromptInput)
+        for n in range(2):
+            await submit(pilot, f"remember {n}")
+            await until(pilot, lambda: texts(app).count("noted") == n + 1, "noted")  # noqa: B023
+            await until(pilot, lambda: not app.busy, "idle")
+        await submit(pilot, "/fork")
+        await until(pilot, lambda: app.agent.id != agent.id, "the copy")
+        fork = app.agent.id
+        assert notices(app)[-1].startswith(f"forked {agent.id} into {fork}")
+        assert texts(app)[:4] == ["remember 0", "noted", "remember 1", "noted"]
+        assert [s.id for s in AgentSession.sessions(rt)].count(agent.id) == 1  # still there
+        await submit(pilot, "/rewind 2")
+        await until(pilot, lambda: app.agent.id not in (agent.id, fork), "the branch")
+        assert prompt.value == "remember 1"
+        assert texts(app)[:2] == ["remember 0", "noted"] and "remember 1" not in texts(app)
+        assert notices(app)[-1].startswith("rewound to before prompt 2")
+        # /rewind alone opens the picker over the branch's prompts.
+        prompt.value = ""
+        await submit(pilot, "/rewind")
+        await until(pilot, lambda: isinstance(app.screen, RewindPicker), "the picker")
+        picker = app.screen
+        assert isinstance(picker, RewindPicker)
+        assert [p.text for p in picker.points] == ["remember 0"]
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, RewindPicker), "closed")
 
-    asyncio.run(scenario())
     rt.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from test_terminal_app import kinds, make_runtime, rendered, until
 from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Collapsible
@@ -19,11 +18,12 @@ from cairn import AgentSession
 from cairn.agent.paste import FOLDED_HEAD_LINES, PASTE_CHARS, PASTE_LINES, paste_label
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.widgets import EntryView, MessageList, PastedView, PromptInput
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
 )
+from surfaces.terminal.test_terminal_app import kinds, make_runtime, rendered, until
 
 #: A common terminal.
 SIZE = (100, 40)
@@ -48,7 +48,7 @@ def answered(app: CairnApp, count: int) -> bool:
     return kinds(app).count("assistant") == count and not app.busy
 
 
-def test_a_large_paste_is_a_label_in_the_box_and_is_sent_whole(
+async def test_a_large_paste_is_a_label_in_the_box_and_is_sent_whole(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(lambda body: Reply(text="Read them both."))
@@ -57,37 +57,35 @@ def test_a_large_paste_is_a_label_in_the_box_and_is_sent_whole(
     # Long enough to fold, short enough for the test model's window (no compaction).
     first, second = log(300), log(PASTE_LINES + 1, "trace")
 
-    async def scenario() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            prompt = app.query_one(PromptInput)
-            await pilot.press(*"Look at this: ")
-            await paste(pilot, first)
-            await pilot.press(*" and ")
-            await paste(pilot, second)
-            await pilot.press(*" thanks")
-            one, two = "[Pasted text #1 · 300 lines]", "[Pasted text #2 · 21 lines]"
-            assert (one, two) == (paste_label(1, first), paste_label(2, second))
-            assert prompt.value == f"Look at this: {one} and {two} thanks"
-            assert prompt.document.line_count == 1  # the box stays one line
-            assert openai_server.requests == []  # a paste never sends
-            await pilot.press("enter")
-            await until(pilot, lambda: answered(app, 1), "the answer")
-            whole = f"Look at this: {first} and {second} thanks"
-            assert user_prompts(openai_server) == [whole]  # the labels went out as the pastes
-            assert app.agent.ui_messages()[0].text == whole
-            assert prompt.value == "" and prompt.pastes == {}
-            # The history brings the prompt back as typed, and it still sends the pastes.
-            await pilot.press("up")
-            assert prompt.value == f"Look at this: {one} and {two} thanks"
-            await pilot.press("enter")
-            await until(pilot, lambda: answered(app, 2), "the second answer")
-            assert user_prompts(openai_server) == [whole, whole]
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one(PromptInput)
+        await pilot.press(*"Look at this: ")
+        await paste(pilot, first)
+        await pilot.press(*" and ")
+        await paste(pilot, second)
+        await pilot.press(*" thanks")
+        one, two = "[Pasted text #1 · 300 lines]", "[Pasted text #2 · 21 lines]"
+        assert (one, two) == (paste_label(1, first), paste_label(2, second))
+        assert prompt.value == f"Look at this: {one} and {two} thanks"
+        assert prompt.document.line_count == 1  # the box stays one line
+        assert openai_server.requests == []  # a paste never sends
+        await pilot.press("enter")
+        await until(pilot, lambda: answered(app, 1), "the answer")
+        whole = f"Look at this: {first} and {second} thanks"
+        assert user_prompts(openai_server) == [whole]  # the labels went out as the pastes
+        assert app.agent.ui_messages()[0].text == whole
+        assert prompt.value == "" and prompt.pastes == {}
+        # The history brings the prompt back as typed, and it still sends the pastes.
+        await pilot.press("up")
+        assert prompt.value == f"Look at this: {one} and {two} thanks"
+        await pilot.press("enter")
+        await until(pilot, lambda: answered(app, 2), "the second answer")
+        assert user_prompts(openai_server) == [whole, whole]
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_deleting_a_label_deletes_its_paste_and_a_small_paste_stays_as_it_is(
+async def test_deleting_a_label_deletes_its_paste_and_a_small_paste_stays_as_it_is(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(lambda body: Reply(text="ok"))
@@ -95,33 +93,31 @@ def test_deleting_a_label_deletes_its_paste_and_a_small_paste_stays_as_it_is(
     app = CairnApp(rt, AgentSession.new(rt))
     big, small, wide = log(500), log(PASTE_LINES), "x" * (PASTE_CHARS + 1)
 
-    async def scenario() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            prompt = app.query_one(PromptInput)
-            await pilot.press(*"a ")
-            await paste(pilot, big)
-            assert prompt.value == "a [Pasted text #1 · 500 lines]"
-            await pilot.press("backspace")  # right after the label: all of it goes
-            assert prompt.value == "a " and prompt.pastes == {}
-            await paste(pilot, big)
-            await pilot.press("home", "right", "right", "delete")  # right before it: likewise
-            assert prompt.value == "a " and prompt.pastes == {}
-            await paste(pilot, wide)  # one long line counts by its characters
-            assert prompt.value == f"a [Pasted text #1 · {PASTE_CHARS + 1:,} characters]"
-            await pilot.press("left", "backspace")  # a broken label is a label no more
-            assert prompt.pastes == {}
-            await pilot.press("ctrl+c")  # clears the box
-            await paste(pilot, small)  # at the threshold: pasted as it is
-            assert prompt.value == small and prompt.pastes == {}
-            await pilot.press("ctrl+c")
-            await paste(pilot, big)
-            await pilot.press("ctrl+c")  # clearing the box drops its pastes too
-            assert prompt.value == "" and prompt.pastes == {}
-            await pilot.press(*"just this", "enter")
-            await until(pilot, lambda: answered(app, 1), "the answer")
-            assert user_prompts(openai_server) == ["just this"]
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one(PromptInput)
+        await pilot.press(*"a ")
+        await paste(pilot, big)
+        assert prompt.value == "a [Pasted text #1 · 500 lines]"
+        await pilot.press("backspace")  # right after the label: all of it goes
+        assert prompt.value == "a " and prompt.pastes == {}
+        await paste(pilot, big)
+        await pilot.press("home", "right", "right", "delete")  # right before it: likewise
+        assert prompt.value == "a " and prompt.pastes == {}
+        await paste(pilot, wide)  # one long line counts by its characters
+        assert prompt.value == f"a [Pasted text #1 · {PASTE_CHARS + 1:,} characters]"
+        await pilot.press("left", "backspace")  # a broken label is a label no more
+        assert prompt.pastes == {}
+        await pilot.press("ctrl+c")  # clears the box
+        await paste(pilot, small)  # at the threshold: pasted as it is
+        assert prompt.value == small and prompt.pastes == {}
+        await pilot.press("ctrl+c")
+        await paste(pilot, big)
+        await pilot.press("ctrl+c")  # clearing the box drops its pastes too
+        assert prompt.value == "" and prompt.pastes == {}
+        await pilot.press(*"just this", "enter")
+        await until(pilot, lambda: answered(app, 1), "the answer")
+        assert user_prompts(openai_server) == ["just this"]
 
-    asyncio.run(scenario())
     rt.close()
 
 
@@ -189,7 +185,7 @@ def test_a_long_user_message_is_folded_in_the_list_and_expands(
     rt.close()
 
 
-def test_after_a_long_prompt_the_list_follows_the_end_and_ctrl_end_goes_there(
+async def test_after_a_long_prompt_the_list_follows_the_end_and_ctrl_end_goes_there(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     """Issue 29 (a): after a 2,000-line paste was sent the view stayed on its first
@@ -211,21 +207,19 @@ def test_after_a_long_prompt_the_list_follows_the_end_and_ctrl_end_goes_there(
             e.id for e in app.transcript.entries if e.kind == "assistant"
         } and (view.scroll_y < bottom <= view.scroll_y + view.scrollable_content_region.height + 1)
 
-    async def scenario() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            prompt = app.query_one(PromptInput)
-            await paste(pilot, log(1_200))
-            await pilot.press("enter")
-            await until(pilot, lambda: answered(app, 1), "the answer")
-            await until(pilot, answer_in_view, "the answer on the screen")
-            assert messages().max_scroll_y > 0  # there is something to scroll
-            # Up to the top, then Ctrl+End (the prompt has the focus) goes back down.
-            messages().scroll_home(animate=False, immediate=True)
-            await until(pilot, lambda: messages().scroll_y == 0, "at the top")
-            assert not answer_in_view() and prompt.has_focus
-            await pilot.press("ctrl+end")
-            await until(pilot, answer_in_view, "Ctrl+End to the end")
-            assert messages().is_vertical_scroll_end
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one(PromptInput)
+        await paste(pilot, log(1_200))
+        await pilot.press("enter")
+        await until(pilot, lambda: answered(app, 1), "the answer")
+        await until(pilot, answer_in_view, "the answer on the screen")
+        assert messages().max_scroll_y > 0  # there is something to scroll
+        # Up to the top, then Ctrl+End (the prompt has the focus) goes back down.
+        messages().scroll_home(animate=False, immediate=True)
+        await until(pilot, lambda: messages().scroll_y == 0, "at the top")
+        assert not answer_in_view() and prompt.has_focus
+        await pilot.press("ctrl+end")
+        await until(pilot, answer_in_view, "Ctrl+End to the end")
+        assert messages().is_vertical_scroll_end
 
-    asyncio.run(scenario())
     rt.close()

@@ -5,7 +5,6 @@ earlier ones above, a page read at a time, and leaves what is on the screen wher
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.view import EARLIER_STEP, HISTORY_PAGE
 from cairn.surfaces.terminal.widgets import EntryWidget, MessageList, PromptInput
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
@@ -74,7 +73,7 @@ async def settled(pilot: Pilot[None]) -> None:
         await pilot.pause()
 
 
-def test_a_resumed_session_of_10000_messages_reads_its_last_page_and_renders_the_latest_30(
+async def test_a_resumed_session_of_10000_messages_reads_its_last_page_and_renders_the_latest_30(
     tmp_path: Path,
 ) -> None:
     ids = long_session(tmp_path)
@@ -84,15 +83,13 @@ def test_a_resumed_session_of_10000_messages_reads_its_last_page_and_renders_the
     app = CairnApp(rt, agent)
     seen: dict[str, object] = {}
 
-    async def scenario() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await settled(pilot)
-            seen["entries"] = [e.id for e in app.transcript.entries]
-            seen["mounted"] = mounted(app)
-            seen["line"] = earlier_line(app)
-            seen["at end"] = app.query_one(MessageList).is_vertical_scroll_end
+    async with app.run_test(size=SIZE) as pilot:
+        await settled(pilot)
+        seen["entries"] = [e.id for e in app.transcript.entries]
+        seen["mounted"] = mounted(app)
+        seen["line"] = earlier_line(app)
+        seen["at end"] = app.query_one(MessageList).is_vertical_scroll_end
 
-    asyncio.run(scenario())
     # Only the last page was read, the latest 30 of it are shown, and the view is at the end.
     assert seen["entries"] == ids[-HISTORY_PAGE:]
     assert seen["mounted"] == ids[-30:]
@@ -102,7 +99,7 @@ def test_a_resumed_session_of_10000_messages_reads_its_last_page_and_renders_the
     rt.close()
 
 
-def test_scrolling_to_the_top_mounts_earlier_entries_above_and_reads_the_page_before(
+async def test_scrolling_to_the_top_mounts_earlier_entries_above_and_reads_the_page_before(
     tmp_path: Path,
 ) -> None:
     ids = long_session(tmp_path)
@@ -111,37 +108,35 @@ def test_scrolling_to_the_top_mounts_earlier_entries_above_and_reads_the_page_be
     # Up to the first of the page read when it opened, then one step from the page before.
     steps = (HISTORY_PAGE - 30) // EARLIER_STEP + 1
 
-    async def scenario() -> None:
-        async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
+        await settled(pilot)
+        messages = app.query_one(MessageList)
+        for step in range(1, steps + 1):
+            # The first entry: on the screen, just under the line, once at the top.
+            top = messages.mounted()[0]
+            row = top.virtual_region.y
+            messages.scroll_to(y=0, animate=False)  # the wheel, up to the top
+            first = top.entry_id
+
+            def moved(first: str | None = first) -> bool:
+                return mounted(app)[0] != first
+
+            await until(pilot, moved, f"step {step}")
             await settled(pilot)
-            messages = app.query_one(MessageList)
-            for step in range(1, steps + 1):
-                # The first entry: on the screen, just under the line, once at the top.
-                top = messages.mounted()[0]
-                row = top.virtual_region.y
-                messages.scroll_to(y=0, animate=False)  # the wheel, up to the top
-                first = top.entry_id
+            assert mounted(app) == ids[-30 - EARLIER_STEP * step :]
+            held = HISTORY_PAGE * (2 if step == steps else 1)
+            assert [e.id for e in app.transcript.entries] == ids[-held:]
+            left = len(ids) - 30 - EARLIER_STEP * step
+            assert earlier_line(app) == (
+                f"{left:,} earlier messages — scroll up to load (Ctrl+Home)"
+            )
+            # What was at the top of the screen is still there, the earlier ones above.
+            assert row_of(app, top) == row
 
-                def moved(first: str | None = first) -> bool:
-                    return mounted(app)[0] != first
-
-                await until(pilot, moved, f"step {step}")
-                await settled(pilot)
-                assert mounted(app) == ids[-30 - EARLIER_STEP * step :]
-                held = HISTORY_PAGE * (2 if step == steps else 1)
-                assert [e.id for e in app.transcript.entries] == ids[-held:]
-                left = len(ids) - 30 - EARLIER_STEP * step
-                assert earlier_line(app) == (
-                    f"{left:,} earlier messages — scroll up to load (Ctrl+Home)"
-                )
-                # What was at the top of the screen is still there, the earlier ones above.
-                assert row_of(app, top) == row
-
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_ctrl_home_goes_up_to_the_first_message_of_a_resumed_session_and_a_new_turn_follows(
+async def test_ctrl_home_goes_up_to_the_first_message_of_a_resumed_session_and_a_new_turn_follows(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.respond_with(lambda body: Reply(text="the live answer"))
@@ -149,51 +144,49 @@ def test_ctrl_home_goes_up_to_the_first_message_of_a_resumed_session_and_a_new_t
     rt = runtime(tmp_path, openai_server.base_url)
     app = CairnApp(rt, AgentSession.new(rt))
 
-    async def scenario() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            app.query_one(PromptInput).value = f"/resume {LONG}"
-            await pilot.press("enter")
-            await until(pilot, lambda: app.agent.id == LONG, "the long session")
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one(PromptInput).value = f"/resume {LONG}"
+        await pilot.press("enter")
+        await until(pilot, lambda: app.agent.id == LONG, "the long session")
+        await settled(pilot)
+        assert [e.id for e in app.transcript.entries][:-1] == ids[-HISTORY_PAGE:]
+        assert app.transcript.entries[-1].text == f"resumed session {LONG}"
+        assert earlier_line(app) == "372 earlier messages — scroll up to load (Ctrl+Home)"
+        messages = app.query_one(MessageList)
+        presses = 0
+        while earlier_line(app) is not None:
+            top = messages.mounted()[0]
+            row = top.virtual_region.y  # its row once the list is at its top
+            await pilot.press("ctrl+home")
             await settled(pilot)
-            assert [e.id for e in app.transcript.entries][:-1] == ids[-HISTORY_PAGE:]
-            assert app.transcript.entries[-1].text == f"resumed session {LONG}"
-            assert earlier_line(app) == "372 earlier messages — scroll up to load (Ctrl+Home)"
-            messages = app.query_one(MessageList)
-            presses = 0
-            while earlier_line(app) is not None:
-                top = messages.mounted()[0]
-                row = top.virtual_region.y  # its row once the list is at its top
-                await pilot.press("ctrl+home")
-                await settled(pilot)
-                presses += 1
-                # The first entry of before is where going to the top put it.
-                assert row_of(app, top) == row
-                assert presses < 20
-            assert presses == 13  # 371 entries above the first 30, 30 at a time
-            assert mounted(app)[:-1] == ids and [e.id for e in app.transcript.entries][:-1] == ids
-            await pilot.press("ctrl+home")  # to the top; nothing more to mount or read
-            await settled(pilot)
-            assert mounted(app)[:-1] == ids
-            assert messages.scroll_y == 0 and row_of(app, messages.mounted()[0]) == 0
-            # A new turn comes after everything, once, and what was mounted stays.
-            app.query_one(PromptInput).value = "a question after the history"
-            await pilot.press("enter")
-            await until(
-                pilot, lambda: app.transcript.entries[-1].text == "the live answer", "the answer"
-            )
-            await until(pilot, lambda: not app.busy, "idle")
-            await settled(pilot)
-            texts = [e.text for e in app.transcript.entries]
-            assert texts[-2:] == ["a question after the history", "the live answer"]
-            assert texts.count("the live answer") == 1
-            assert mounted(app) == [e.id for e in app.transcript.entries]
-            assert earlier_line(app) is None
+            presses += 1
+            # The first entry of before is where going to the top put it.
+            assert row_of(app, top) == row
+            assert presses < 20
+        assert presses == 13  # 371 entries above the first 30, 30 at a time
+        assert mounted(app)[:-1] == ids and [e.id for e in app.transcript.entries][:-1] == ids
+        await pilot.press("ctrl+home")  # to the top; nothing more to mount or read
+        await settled(pilot)
+        assert mounted(app)[:-1] == ids
+        assert messages.scroll_y == 0 and row_of(app, messages.mounted()[0]) == 0
+        # A new turn comes after everything, once, and what was mounted stays.
+        app.query_one(PromptInput).value = "a question after the history"
+        await pilot.press("enter")
+        await until(
+            pilot, lambda: app.transcript.entries[-1].text == "the live answer", "the answer"
+        )
+        await until(pilot, lambda: not app.busy, "idle")
+        await settled(pilot)
+        texts = [e.text for e in app.transcript.entries]
+        assert texts[-2:] == ["a question after the history", "the live answer"]
+        assert texts.count("the live answer") == 1
+        assert mounted(app) == [e.id for e in app.transcript.entries]
+        assert earlier_line(app) is None
 
-    asyncio.run(scenario())
     rt.close()
 
 
-def test_a_resumed_session_over_the_budget_says_the_context_is_full_not_a_number(
+async def test_a_resumed_session_over_the_budget_says_the_context_is_full_not_a_number(
     tmp_path: Path,
 ) -> None:
     """Issue 29: a resumed session of 2,000 messages in a 4,096-token window read
@@ -205,12 +198,10 @@ def test_a_resumed_session_over_the_budget_says_the_context_is_full_not_a_number
     app = CairnApp(rt, agent)
     seen: dict[str, object] = {}
 
-    async def scenario() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await settled(pilot)
-            seen["meter"] = app.meter
+    async with app.run_test(size=SIZE) as pilot:
+        await settled(pilot)
+        seen["meter"] = app.meter
 
-    asyncio.run(scenario())
     usage = agent.usage
     assert usage.input_budget and usage.projected_tokens  # the premise: far over the budget
     assert usage.projected_tokens > usage.input_budget

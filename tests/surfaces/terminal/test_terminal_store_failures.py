@@ -20,7 +20,7 @@ from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import read_transcript
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.widgets import PromptInput
-from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
 
 LONG = "all work and no play makes jack a dull boy " * 40
 

@@ -8,7 +8,7 @@ tab.
 
 The server is the real app under uvicorn, the model the local OpenAI server; a held
 reply (``Reply(hold=..., hold_after=...)``) stops a stream at an exact character, so
-the page can be looked at there. See ``tests/web_browser.py`` for the fixtures.
+the page can be looked at there. See ``tests/support/web_browser.py`` for the fixtures.
 """
 
 from __future__ import annotations
@@ -36,22 +36,20 @@ from cairn.agent.paste import (
 from cairn.messages import ToolCall, assistant, tool_result, user
 from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.tail import stream_tail
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
-from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+from support.web_browser import (
     TOKEN,
     WAIT_MS,
     WebServer,
-    browser_fixture,
     busy,
     idle,
     load,
-    page_fixture,
     pane,
     paste,
     rows,
@@ -62,7 +60,6 @@ from web_browser import (  # noqa: F401  (the fixtures register themselves by im
     total_rows,
     wait_js,
     wait_text,
-    web_fixture,
 )
 
 #: The fork's summary: its first 31 characters have no newline, then come four (one \r\n).

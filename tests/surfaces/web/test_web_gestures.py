@@ -6,7 +6,7 @@ and a meter that never shows a number over the budget.
 
 The server is the real app under uvicorn, the model the local OpenAI server; an
 answer to a prompt holding ``slow`` waits for a gate after a few pieces, so the pane
-is working for as long as the test needs. See ``tests/web_browser.py`` for the fixtures.
+is working for as long as the test needs. See ``tests/support/web_browser.py`` for the fixtures.
 """
 
 from __future__ import annotations
@@ -21,20 +21,18 @@ from playwright.sync_api import Page, expect
 
 from cairn.agent.facade import SessionUsage
 from cairn.surfaces.web.frames import usage_json
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,
     openai_server_fixture,
 )
-from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+from support.web_browser import (
     WebServer,
-    browser_fixture,
     busy,
     idle,
     load,
-    page_fixture,
     pane,
     rows,
     screenshot,
@@ -42,7 +40,6 @@ from web_browser import (  # noqa: F401  (the fixtures register themselves by im
     session_of,
     submit,
     wait_js,
-    web_fixture,
 )
 
 CONTEXT_FULL = "context full · compacts before the next request"

@@ -43,22 +43,19 @@ from websockets.typing import Origin, Subprotocol
 from cairn.messages import user
 from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.web.server import CLOSE_TOO_SLOW
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     openai_server_fixture,
 )
-from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+from support.web_browser import (
     TOKEN,
     WebServer,
-    browser_fixture,
     idle,
     load,
-    page_fixture,
     pane,
     submit,
-    web_fixture,
 )
 
 PROTOCOLS = [Subprotocol("cairn.v1"), Subprotocol(f"cairn.token.{TOKEN}")]

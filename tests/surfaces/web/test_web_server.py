@@ -24,8 +24,8 @@ from cairn.surfaces.web import WebSetup, create_app
 from cairn.surfaces.web.frames import usage_json
 from cairn.surfaces.web.hub import HISTORY_PAGE
 from cairn.surfaces.web.page_frames import HISTORY_LIMIT_MAX
-from long_session import LONG, write_long_session
-from openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.long_session import LONG, write_long_session
+from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
     OpenAIServer,
     Reply,
     ToolCallSpec,

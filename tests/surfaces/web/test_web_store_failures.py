@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_web_server import Page, answering, make_client, page
 
-from openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
+from support.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
+from surfaces.web.test_web_server import Page, answering, make_client, page
 
 
 def failing_fsync(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ commits): the tests kill it and the benchmark measures real commits.
 
 Use::
 
-    from postgres_server import PostgresServer, postgres_server_fixture  # noqa: F401
+    from support.postgres_server import PostgresServer, postgres_server_fixture  # noqa: F401
 
     def test_something(postgres_url: str) -> None:  # a fresh database per test
         ...

@@ -12,7 +12,7 @@ Cairn sent and read with what the server said — without touching either.
 
 Use::
 
-    from llama_server import LlamaServer, llama_server_fixture  # noqa: F401
+    from support.llama_server import LlamaServer, llama_server_fixture  # noqa: F401
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from openai_server import PROXY_VARS
+from support.openai_server import PROXY_VARS
 
 #: Set by ``make test``: the GGUF file the server loads.
 MODEL_ENV = "CAIRN_TEST_MODEL"
@@ -230,7 +230,7 @@ class RecordingProxy:
 
 def model_path() -> Path:
     raw = os.environ.get(MODEL_ENV, "")
-    path = Path(raw) if raw else Path(__file__).resolve().parents[1] / ".cache" / "models"
+    path = Path(raw) if raw else Path(__file__).resolve().parents[2] / ".cache" / "models"
     if path.is_dir():
         path = path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():

@@ -9,7 +9,7 @@ over a socket exactly as it would to a provider.
 
 Use::
 
-    from openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+    from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
 
     def test_something(openai_server: OpenAIServer) -> None:
         openai_server.script(Reply(text="Hello there"))
@@ -69,9 +69,8 @@ from typing import Any
 
 import pytest
 
-import wire_anthropic
-import wire_responses
 from cairn.wire_apis import WIRE_APIS, WireAPI
+from support import wire_anthropic, wire_responses
 
 DEFAULT_TEXT = "Hello from the test server."
 

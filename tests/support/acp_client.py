@@ -49,7 +49,7 @@ from cairn.agent.settings import Settings
 from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.acp import AgentSetup, serve
-from openai_server import OpenAIServer, Reply
+from support.openai_server import OpenAIServer, Reply
 
 Decide = Callable[[str, list[PermissionOption]], Awaitable[str | None]]
 

@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wire_anthropic import Rejection
+from support.wire_anthropic import Rejection
 
 if TYPE_CHECKING:
-    from openai_server import Reply
+    from support.openai_server import Reply
 
 #: Top-level keys that are the protocol's own structure (never passed through as they are).
 STRUCTURAL_KEYS = frozenset(

@@ -5,7 +5,7 @@ through playwright's sync API.
 The browser is the system's ``chromium`` (``make chromium`` installs it from Debian's
 packages); playwright never downloads one. Use::
 
-    from web_browser import (  # noqa: F401  (the fixtures register themselves by import)
+    from support.web_browser import (  # noqa: F401  (the fixtures register themselves by import)
         WebServer, browser_fixture, page_fixture, web_fixture,
     )
 
@@ -43,7 +43,7 @@ from cairn.agent.tools.base import PermissionMode
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.web import WebSetup
 from cairn.surfaces.web.server import MAX_QUEUED, create_app  # typed (the package's is lazy)
-from openai_server import OpenAIServer
+from support.openai_server import OpenAIServer
 
 TOKEN = "browser-test-token"
 #: The bound on every wait (milliseconds): long enough for a slow CI machine.

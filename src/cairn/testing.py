@@ -1,10 +1,12 @@
-"""An in-process ``ChatProvider`` for fast agent tests: scripted answers, no socket.
+"""A test double for code built on Cairn: a ``ChatProvider`` that plays scripted answers.
 
-The real local server (``openai_server.py``) stays the test of the wire — the
-SDK, SSE, HTTP errors. This one is for tests of what the runtime does with
-answers: it plays ``Answer`` objects as the stream events the real client
-yields, records every ``ChatRequest`` it gets, and reports usage counted
-from the request so the pipeline's projection has a provider baseline.
+As ``httpx.MockTransport`` stands in for a server, ``ScriptedProvider`` stands in
+for a model: it plays ``Answer`` objects as the stream events a real client
+yields, records every ``ChatRequest`` it gets (``provider.requests``), and
+reports usage counted from the request, so the context pipeline has a
+provider baseline. No socket, no server, no SDK: a test of what an agent does
+with answers runs in-process and fast. (Cairn's own wire tests still use a
+real local server for the SDK, SSE and HTTP errors.)
 
     provider = ScriptedProvider(Answer(calls=[("read_file", '{"path": "a"}')]), Answer("Done."))
     runtime = Runtime(workspace, model, provider)
@@ -29,6 +31,8 @@ from cairn.provider.events import (
     UsageEvent,
 )
 
+__all__ = ["Answer", "ScriptedProvider"]
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -43,11 +47,17 @@ class Answer:
 
 @dataclass
 class ScriptedProvider:
-    """Plays its answers in order (``then`` decides once they run out)."""
+    """A ``ChatProvider`` that plays its answers in order (``then`` decides once they run out).
 
+    Each request takes the next answer; ``requests`` keeps every request it got,
+    in order, for a test to read what the agent sent.
+    """
+
+    #: The answers not played yet.
     answers: list[Answer] = field(default_factory=list)
     #: What to answer once the script is used up (or for every request when set alone).
     then: Callable[[ChatRequest], Answer] = lambda request: Answer("Done.")
+    #: Every request received, oldest first.
     requests: list[ChatRequest] = field(default_factory=list)
 
     def __init__(self, *answers: Answer, then: Callable[[ChatRequest], Answer] | None = None):
@@ -59,6 +69,7 @@ class ScriptedProvider:
     async def stream(
         self, request: ChatRequest, *, max_retries: int | None = None
     ) -> AsyncIterator[StreamEvent]:
+        """Record ``request`` and stream the next answer (raise its ``error``, if it has one)."""
         self.requests.append(request)
         answer = self.answers.pop(0) if self.answers else self.then(request)
         if answer.error is not None:
@@ -74,6 +85,7 @@ class ScriptedProvider:
         yield Finish("tool_calls" if answer.calls else "stop")
 
     async def complete(self, request: ChatRequest, *, max_retries: int | None = None) -> Message:
+        """The next answer as one assistant message (streamed and accumulated)."""
         turn = TurnAccumulator()
         async for event in self.stream(request, max_retries=max_retries):
             turn.add(event)
@@ -81,4 +93,5 @@ class ScriptedProvider:
 
 
 def _conforms(provider: ScriptedProvider) -> ChatProvider:
+    """Type-checked only: mypy proves the double satisfies the ``ChatProvider`` protocol."""
     return provider

@@ -41,7 +41,7 @@ from typing import Any, Literal, TypeAlias
 
 from cairn.context.budget import output_reserve
 from cairn.tokens import get_tokenizer
-from openai_server import Reply, ToolCallSpec, UsageSpec
+from support.openai_server import Reply, ToolCallSpec, UsageSpec
 
 #: Tokens every message costs besides its text (role markers, separators).
 MESSAGE_OVERHEAD = 4

@@ -19,7 +19,7 @@ from cairn.agent.settings import Settings
 from cairn.context import CompactionConfig
 from cairn.provider import ModelConfig, open_provider
 from cairn.wire_apis import WireAPI
-from openai_server import OpenAIServer, Reply, ToolCallSpec
+from support.openai_server import OpenAIServer, Reply, ToolCallSpec
 
 SUMMARY = (
     "<summary>\n## Objective and constraints\nFix add() in calc.py.\n"

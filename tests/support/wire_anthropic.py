@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from openai_server import Reply
+    from support.openai_server import Reply
 
 #: The most blocks one request may mark with ``cache_control``.
 MAX_BREAKPOINTS = 4

@@ -1,4 +1,4 @@
-"""The in-process scripted provider drives the real agent loop, fast, without a socket."""
+"""cairn.testing's scripted provider drives the real agent loop, fast, without a socket."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.messages import find_orphans
 from cairn.provider import ContextLimitError, ModelConfig
-from scripted_provider import Answer, ScriptedProvider
+from cairn.testing import Answer, ScriptedProvider
 
 
 def runtime(tmp_path: Path, provider: ScriptedProvider, window: int = 32_768) -> Runtime:
