@@ -22,7 +22,8 @@ from types import ModuleType
 import pytest
 
 import cairn
-from cairn.errors import CairnError
+import cairn.errors
+from cairn.errors import CairnError, ContextError, FormatError, ToolError
 
 #: Importing it runs the command line (``raise SystemExit(main())``).
 NOT_IMPORTABLE = frozenset({"cairn.__main__"})
@@ -142,6 +143,48 @@ def test_each_error_keeps_its_standard_base() -> None:
     exceptions = defined_exceptions()
     for name, base in STANDARD_BASES.items():
         assert issubclass(exceptions[name], base), f"{name} is no longer a {base.__name__}"
+
+
+#: Each family of ``cairn.errors`` and the leaves its docstring names in it.
+FAMILIES = {
+    FormatError: {
+        *("MessageFormatError", "RecordFormatError", "CheckpointFormatError"),
+        *("EventFormatError", "FrameError", "RecordError", "SessionImportError"),
+        *("FixedContextError", "JSONDepthError", "SetupError"),
+    },
+    ContextError: {
+        *("RequestTooLargeError", "ContextWindowExceededError", "CompactionFailedError"),
+        *("NothingToCompactError", "CompactionBlockedError", "CompactionCancelledError"),
+        "SummarizerError",
+    },
+    ToolError: {
+        *("ToolArgumentError", "PathOutsideWorkspaceError", "OutsideRootsError"),
+        "SymlinkRefusedError",
+    },
+}
+
+
+def test_the_error_families_hold_what_errors_py_lists_and_nothing_else() -> None:
+    by_name = {name.rpartition(".")[2]: cls for name, cls in defined_exceptions().items()}
+    tree = cairn.errors.__doc__ or ""
+    for family, members in FAMILIES.items():
+        assert {
+            n for n, cls in by_name.items() if issubclass(cls, family) and cls is not family
+        } == (members), family.__name__
+        for name in members:
+            assert f"``{name}``" in tree, f"cairn/errors.py does not list {name}"
+    assert "``CheckpointWriteError``" in tree
+
+
+def test_each_context_error_carries_its_own_stable_code() -> None:
+    codes = {
+        cls.__name__: cls.code
+        for cls in defined_exceptions().values()
+        if issubclass(cls, ContextError) and cls is not ContextError
+    }
+    assert len(codes) == len(FAMILIES[ContextError])
+    assert all(code != ContextError.code for code in codes.values()), codes
+    assert len(set(codes.values())) == len(codes), codes
 
 
 def test_the_root_is_neither_a_value_error_nor_a_runtime_error() -> None:

@@ -7,22 +7,36 @@ Each error keeps its standard base too (``ValueError``, ``RuntimeError``, …),
 so code that caught those keeps working.
 
 The tree, as httpx groups its errors (each leaf lives with the code that
-raises it; ``tests/test_public_api.py`` checks every one derives from here):
+raises it; ``tests/test_public_api.py`` checks this list against the code):
 
 - ``CairnError``
-  - ``FormatError`` (``ValueError``) — bad input of any kind: a message, a
-    stored record, a checkpoint, an event, a browser frame, an imported
-    session, JSON nested too deep.
+  - ``FormatError`` (``ValueError``) — bad input: ``MessageFormatError``,
+    ``RecordFormatError``, ``CheckpointFormatError`` (a record that may not be
+    a checkpoint), ``EventFormatError``, ``FrameError`` (a browser frame),
+    ``RecordError`` and ``SessionImportError`` (an imported session),
+    ``FixedContextError``, ``JSONDepthError``, ``SetupError`` (a surface's
+    arguments).
   - ``ContextError`` (``RuntimeError``) — the context pipeline refused or
-    could not finish: the request cannot fit, the compaction failed, was
-    blocked by a hook or cancelled. Each carries a stable ``code``.
-  - ``ToolError`` — a tool refused its arguments or a path.
-  - ``StoreError`` (``cairn.store``) — the transcript could not be read or
-    written; ``CheckpointWriteError`` is the compaction's save failing.
-  - ``ProviderError`` (``cairn.provider``) — the model's server refused or
-    failed; ``ContextLimitError`` is its "too long".
-  - ``TurnError`` (``cairn.agent``) — a turn ended on one of the above.
-  - settings, model configuration, tokenizer, plot and usage errors.
+    could not finish, each with a stable ``code``: ``RequestTooLargeError``,
+    ``ContextWindowExceededError``, ``CompactionFailedError`` (and
+    ``NothingToCompactError``), ``CompactionBlockedError``,
+    ``CompactionCancelledError``, ``SummarizerError``.
+  - ``ToolError`` (``ValueError``) — a tool refused its arguments or a path:
+    ``ToolArgumentError``, ``PathOutsideWorkspaceError``,
+    ``OutsideRootsError``, ``SymlinkRefusedError``.
+  - ``StoreError`` (``RuntimeError``) — the transcript could not be read or
+    written: ``TranscriptLockedError``, ``TranscriptWriteError``,
+    ``NotATranscriptError``, ``CheckpointWriteError`` (the compaction's save).
+  - ``ProviderError`` (``RuntimeError``) — the model's server refused or
+    failed: ``ContextLimitError`` (its "too long"), ``ProviderTimeoutError``;
+    ``StreamReportedError`` is an error the stream itself reported.
+  - ``TurnError`` (``RuntimeError``) — a turn ended on one of the above;
+    ``StoreFailedError`` when the transcript could not be written.
+  - Standing alone, each keeping its standard base: settings, MCP, model
+    configuration and registry errors (``ValueError``); the host's I/O and the
+    tool budget's folder (``OSError``); a busy session, a subagent, the
+    tokenizer, the plot (``RuntimeError``); a rewind point (``LookupError``);
+    ``InspectError``, ``ReplayUsageError``.
 """
 
 from __future__ import annotations
