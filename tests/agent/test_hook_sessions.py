@@ -15,8 +15,8 @@ import pytest
 
 from agent.test_hooks import ESCAPE, escaped_child, hooks_of, script, wait_gone
 from cairn.agent.commands import run_command
-from cairn.agent.events import Event, MessageAdded, Notice
-from cairn.agent.loop import run_turn
+from cairn.agent.events import ErrorEvent, Event, MessageAdded, Notice
+from cairn.agent.loop import TurnError, run_turn
 from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import HooksSettings, Settings
 from cairn.context import CompactionConfig
@@ -251,6 +251,43 @@ def test_a_compact_a_hook_refuses_is_a_notice_not_an_error(
         "the context is unchanged"
     )
     assert session.api_messages == before
+    rt.close()
+
+
+def test_a_hook_blocking_the_reactive_compaction_ends_the_turn_with_its_own_code(
+    workspace: Path, tmp_path: Path, bin_dir: Path, openai_server: OpenAIServer
+) -> None:
+    """Issue 30: the loop handles the context's refusals as one family. When the provider
+    says "too long" and a PreCompact hook blocks the reactive compaction, the turn ends
+    with the refusal's own code (``compaction_blocked``), the user sees it as an error
+    event, and nothing more is sent."""
+    block = script(
+        bin_dir, "block.sh", 'echo \'{"decision": "block", "reason": "release freeze"}\'\n'
+    )
+    rt = runtime(
+        workspace, openai_server, tmp_path / "home", hooks_of({"PreCompact": [(None, [block])]})
+    )
+    session = rt.new_session()
+    warm_up(session, openai_server)
+    before = session.api_messages
+    sent = len(openai_server.requests)
+    openai_server.respond_with(
+        lambda body: Reply.http_error(
+            400, "maximum context length exceeded", code="context_length_exceeded"
+        )
+    )
+    events = record(session)
+
+    with pytest.raises(TurnError) as caught:
+        asyncio.run(run_turn(session, "one more question"))
+
+    assert caught.value.code == "compaction_blocked"
+    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    assert [e.code for e in errors] == ["compaction_blocked"]
+    assert "release freeze" in errors[0].message
+    # One main request, refused; no fork, no retry.
+    assert len(openai_server.requests) == sent + 1
+    assert session.api_messages[: len(before)] == before
     rt.close()
 
 
