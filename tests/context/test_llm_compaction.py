@@ -24,6 +24,7 @@ from cairn.context import CompactionConfig, ContextPipeline, FixedContext
 from cairn.context.hooks import CompactionBlockedError
 from cairn.context.llm_summarizer import TOOL_REJECTION, LLMSummarizer
 from cairn.context.pipeline import (
+    CheckResult,
     CompactionFailedError,
     ContextWindowExceededError,
     RequestTooLargeError,
@@ -341,6 +342,58 @@ def test_three_overflows_exhaust_the_shared_budget(
         run(p.compact(FIXED))
     assert len(openai_server.requests) == 3  # SDK retries are off: one request per attempt
     assert list(p.messages) == before
+
+
+def test_a_failed_background_fork_sent_shrunk_is_named_by_the_record_at_the_line(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """The fork's promise (DESIGN §5.5a): the summary prepared in the background
+    overflows, is sent again with the file contents elided, then fails; the line's
+    own fork fits unchanged, but its record still names what the shrunk one left out."""
+    p = make(tmp_path, openai_server)
+    overflow = Reply.http_error(
+        400, "This model's maximum context length is 8192 tokens", code="context_length_exceeded"
+    )
+    background = iter([overflow, Reply.http_error(500), Reply.http_error(500)])
+
+    def answer(body: dict[str, Any]) -> Reply | None:
+        fork = "TEXT ONLY" in str(body["messages"][-1].get("content"))
+        return next(background, Reply(text=SUMMARY)) if fork else None
+
+    openai_server.respond_with(answer)
+
+    async def session() -> CheckResult:
+        p.add(user("Survey the modules src/m0.py … and summarise each; change nothing."))
+        for i in range(60):
+            result = await p.check_and_compact(FIXED)
+            if result.compaction is not None:
+                return result
+            prompt = result.after.tokens or 0
+            call = ToolCall(f"call_{i}", "read_file", f'{{"path": "src/m{i}.py"}}')
+            p.add(assistant(f"Reading module {i}.", [call], usage=Usage(prompt, 20, prompt + 20)))
+            p.add(tool_result(call.id, f"def f{i}(row):\n    return row['name']\n" * 60))
+            await asyncio.sleep(0)
+            for _ in range(1_000):  # the background summary, if started, ends before the line
+                if p.prepared is None:
+                    break
+                await asyncio.sleep(0.01)
+        raise AssertionError("the session never compacted")
+
+    result = run(session())
+    forks = [b for b in openai_server.bodies if "TEXT ONLY" in str(b["messages"][-1]["content"])]
+    assert len(forks) == 4  # three in the background, one at the line
+    assert forks[1]["messages"] != forks[0]["messages"]  # the retry was sent shrunk
+    # The line's own fork extends the main request unchanged: it leaves nothing out.
+    history = forks[0]["messages"][:-1]
+    assert forks[3]["messages"][: len(history)] == history
+    [record] = [
+        r for r in read_transcript(p.transcript_path).records if isinstance(r, CompactionRecord)
+    ]
+    assert not record.precomputed and record.strategy == "llm"
+    assert any("background" in line and "shortened" in line for line in record.fork_elisions), (
+        record.fork_elisions
+    )
+    assert any("the fork left out" in w for w in result.warnings), result.warnings
 
 
 # ---------------------------------------------------------------------------

@@ -279,7 +279,10 @@ class Compactor:
             summary = await self._summarizer.summarize(request)
         except SummarizerError as exc:
             # Not counted by the breaker: the line's own attempt is (today's path).
-            prepared.notices.append(f"the summary prepared in the background failed: {exc}")
+            prepared.elisions = exc.elisions
+            prepared.notices.append(
+                f"the summary prepared in the background failed: {exc}" + _left_out(exc.elisions)
+            )
             return None
         source = sum(self._host.sized(m) for m in prepared.view)
         return self._with_restoration(summary, fixed, source)
@@ -436,7 +439,8 @@ class Compactor:
                 warnings,
             )
             return None
-        if self._prepared is not None:
+        prepared = self._prepared
+        if prepared is not None:
             if trigger == "auto":
                 try:
                     ready = await self._commit_prepared(view, fixed, projection, warnings, epoch)
@@ -447,6 +451,9 @@ class Compactor:
             else:
                 # /compact (with its instructions) and a refused request compact now.
                 self.discard_prepared()
+        # A background summary that failed sent forks no record of its own names
+        # (one may have been shrunk to fit): this compaction's record names them.
+        earlier = _in_background(prepared.elisions) if prepared is not None else ()
         session = self._host.shown_session()
         self._compacting = True
         self._cancel = asyncio.Event()
@@ -472,11 +479,13 @@ class Compactor:
                 if self._host.shown_session() != session:
                     return None
                 # The forks sent are named even when no checkpoint records them.
-                reason = str(exc) + _left_out(exc.elisions)
+                reason = str(exc) + _left_out((*earlier, *exc.elisions))
                 self._store.append(ErrorRecord(f"Compaction failed: {reason}", source="compact"))
                 raise CompactionFailedError(reason) from exc
             if summary is None:
                 return None
+            if earlier:
+                summary = replace(summary, elisions=(*earlier, *summary.elisions))
             if self._host.shown_session() != session:
                 # The host switched or cleared the session meanwhile: write nothing anywhere.
                 warnings.append("compaction abandoned: the session changed while it ran")
@@ -527,7 +536,10 @@ class Compactor:
             failures = self._breaker.record_failure(key)
             if trigger == "manual":
                 raise
-            warnings.append(f"compaction failed ({failures} in a row): {exc}")
+            # With ``skip`` no record names what its forks left out: the notice does.
+            warnings.append(
+                f"compaction failed ({failures} in a row): {exc}" + _left_out(exc.elisions)
+            )
             return None if skip else fallback_summary(request.messages, request, exc.elisions)
         self._breaker.record_success(key)
         return summary
@@ -683,6 +695,11 @@ class Compactor:
 def _left_out(elisions: Sequence[str]) -> str:
     """What a fork left out, for a compaction that wrote no record to name it."""
     return f" (the fork left out: {'; '.join(elisions)})" if elisions else ""
+
+
+def _in_background(elisions: Sequence[str]) -> tuple[str, ...]:
+    """A failed background summary's elisions, told from those of the line's own fork."""
+    return tuple(f"a fork prepared in the background: {line}" for line in elisions)
 
 
 def _join_instructions(*parts: str | None) -> str | None:

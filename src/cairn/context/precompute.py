@@ -46,6 +46,10 @@ class PreparedSummary:
     listener: CompactionListener
     task: asyncio.Task[Summary | None] = field(init=False)
     notices: list[str] = field(default_factory=list)
+    #: What its forks left out of the main request when it failed
+    #: (``SummarizerError.elisions``): no record of its own names them, so the
+    #: compaction at the line does (DESIGN §5.5a, the fork's promise).
+    elisions: tuple[str, ...] = ()
     text: str = ""
     #: Set once a request waits for it: its tail is shown from then on.
     waiting: bool = False
