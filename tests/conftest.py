@@ -1,6 +1,9 @@
-"""Fixtures every test folder may take: a workspace folder and a folder outside it.
+"""Fixtures every test folder may take: a workspace folder, a folder outside it, and
+``openai_server`` (a real SSE server on 127.0.0.1, ``support/openai_server.py``).
 
-The fixtures of one folder only are in that folder's own ``conftest.py``.
+The fixtures of one folder only are in that folder's own ``conftest.py``. A module
+that imports ``every_api_server_fixture`` overrides ``openai_server`` with one run
+per wire API.
 """
 
 from __future__ import annotations
@@ -8,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from support.openai_server import openai_server_fixture  # noqa: F401  (registers ``openai_server``)
 
 
 @pytest.fixture

@@ -10,11 +10,10 @@ from pathlib import Path
 
 from cairn.messages import Message
 from cairn.store import MessageRecord, read_transcript
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_library.py"

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -19,13 +19,12 @@ import anthropic
 import openai
 import pytest
 
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     ErrorSpec,
     OpenAIServer,
     Reply,
     ToolCallSpec,
     UsageSpec,
-    openai_server_fixture,
 )
 
 LONG_SYSTEM = "You are a careful assistant who reads every file before answering. " * 150

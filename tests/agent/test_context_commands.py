@@ -49,12 +49,11 @@ from cairn.store import CompactionRecord, read_transcript
 from cairn.surfaces.acp.updates import COMMANDS as ACP_COMMANDS
 from cairn.surfaces.terminal.view import complete
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
     UsageSpec,
-    openai_server_fixture,
 )
 
 SUMMARY_TEXT = "<summary>\n## Objective and constraints\nRead the modules.\n</summary>"

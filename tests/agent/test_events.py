@@ -38,11 +38,10 @@ from cairn.agent.settings import Settings
 from cairn.messages import ToolCall, assistant, tool_result, user
 from cairn.provider import ModelConfig, OpenAIProvider
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 #: DESIGN §7: the wire names every surface and client relies on.

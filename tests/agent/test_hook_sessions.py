@@ -24,10 +24,9 @@ from cairn.context.hooks import KIND_SESSION_START
 from cairn.messages import KIND_COMPACT_SUMMARY
 from cairn.provider import ModelConfig, OpenAIProvider
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 SUMMARY = "<summary>\n## Objective and constraints\nExplain calc.py.\n</summary>"

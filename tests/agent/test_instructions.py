@@ -35,11 +35,10 @@ from cairn.store import CompactionRecord, read_transcript
 from cairn.surfaces.web.panes import WebSetup
 from support.acp_client import connected, make_setup
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 SUMMARY = (

@@ -28,11 +28,10 @@ from cairn.provider.config import NO_WINDOW_NOTICE
 from cairn.store import CompactionRecord, read_transcript
 from cairn.surfaces.setup import load_cli_model
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     UsageSpec,
-    openai_server_fixture,
 )
 
 SUMMARY = "<summary>\n## Objective and constraints\nExplain calc.py.\n</summary>"

@@ -36,11 +36,10 @@ from cairn.agent.tools.permissions import is_allowed
 from cairn.context import FixedContext
 from cairn.messages import Message
 from cairn.provider import ModelConfig, OpenAIProvider
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_server.py"

@@ -15,11 +15,10 @@ from cairn.agent.runtime import Runtime, Session
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 

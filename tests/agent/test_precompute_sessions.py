@@ -23,11 +23,10 @@ from cairn.agent.runtime import Runtime
 from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, open_provider
 from cairn.store import CompactionRecord, read_transcript
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 SUMMARY = "<summary>\n## Objective and constraints\nRead the logs.\n</summary>"

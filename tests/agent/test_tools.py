@@ -38,11 +38,10 @@ from cairn.agent.tools.workspace import (
 from cairn.context.effects import ToolEffect
 from cairn.messages import JSONObject, JSONValue, Message, ToolCall, assistant, tool_result
 from cairn.provider import ModelConfig, OpenAIProvider
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 T = TypeVar("T")

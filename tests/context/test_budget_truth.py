@@ -55,10 +55,9 @@ from cairn.messages import (
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import CompactionRecord, read_transcript
 from cairn.tokens import estimate_message_tokens, estimate_tokens, get_tokenizer
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 WINDOW = 32_768  # reserve 8,192 → input budget 24,576

@@ -52,10 +52,9 @@ from cairn.messages import (
 )
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.tokens import estimate_message_tokens, estimate_tokens
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 EFFECTS: ToolEffects = {"read_file": "read_only", "bash": "write", "edit_file": "write"}

@@ -44,11 +44,10 @@ from cairn.messages import (
 from cairn.provider import ModelConfig
 from cairn.provider.factory import open_provider
 from cairn.store import CompactionRecord, MessageRecord, read_transcript
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 from support.recording_listener import Events
 

@@ -34,11 +34,10 @@ from cairn.provider.registry import TokenCounts, lookup, price
 from cairn.store import CompactionRecord, read_transcript
 from cairn.wire_apis import WireAPI
 from support.fix_add_session import is_fork, play
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     CacheStat,
     OpenAIServer,
     RecordedRequest,
-    openai_server_fixture,
 )
 
 

@@ -27,10 +27,9 @@ from cairn.provider import (
     resolve_model,
 )
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 

@@ -38,11 +38,10 @@ from cairn.provider.request import chat_request
 from cairn.store import MessageRecord, read_transcript
 from cairn.store.paths import session_path
 from reliability.soak import count, record
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 CHILD = Path(__file__).with_name("kill_child.py")

@@ -51,12 +51,11 @@ from cairn.provider import (
 )
 from cairn.provider.errors import ProviderTimeoutError
 from reliability.soak import count, record
-from support.openai_server import (  # noqa: F401  (the ``openai_server`` fixture)
+from support.openai_server import (
     DEFAULT_TEXT,
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 #: The slowest a warm provider got the first content of a plain answer from

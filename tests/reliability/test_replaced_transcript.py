@@ -43,7 +43,10 @@ from cairn.store import (
 from cairn.store.records import decode_line
 from cairn.testing import Answer, ScriptedProvider
 from support.cli_run import cairn_p
-from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+    Reply,
+)
 
 Change = Literal["rename", "sed", "unlink"]
 CHANGES: tuple[Change, ...] = ("rename", "sed", "unlink")

@@ -28,11 +28,10 @@ from cairn.store import JsonlTranscriptStore, MessageRecord, read_transcript
 from cairn.store.paths import session_path
 from reliability.test_kills import split_rounds, strict_provider
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 

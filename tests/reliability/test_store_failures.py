@@ -39,7 +39,10 @@ from cairn.store.paths import session_path
 from cairn.store.postgres import PostgresStoreFactory
 from cairn.surfaces.setup import EXIT_STORE
 from cairn.testing import Answer, ScriptedProvider
-from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+    Reply,
+)
 from support.postgres_server import new_server
 
 MODEL = ModelConfig(model="test-model", context_window=None)

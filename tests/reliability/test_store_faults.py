@@ -67,7 +67,9 @@ from cairn.store.inspection import inspect_transcript
 from cairn.store.records import check_checkpoint, encode_record, record_to_dict
 from cairn.surfaces.inspect import run_inspect
 from reliability.soak import count
-from support.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = ROOT / ".venv" / "bin" / "cairn"

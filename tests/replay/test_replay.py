@@ -27,7 +27,10 @@ from cairn.replay.metrics import Policy, ReplaySummary, SessionReport
 from cairn.replay.report import summary_json, write_report
 from cairn.replay.session import RecordedSession
 from cairn.store import ApiView, MessageRecord, read_transcript
-from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+    Reply,
+)
 
 
 def long_session(rounds: int = 40, output_lines: int = 120) -> RecordedSession:

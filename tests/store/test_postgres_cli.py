@@ -11,10 +11,9 @@ from pathlib import Path
 from cairn.store import read_transcript
 from cairn.store.postgres import PostgresStoreFactory
 from support.cli_run import cairn_p
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 from support.postgres_server import postgres_server_fixture, postgres_url_fixture  # noqa: F401
 from support.stored_session import add_tasks_and_artifacts, make_session

@@ -69,11 +69,10 @@ from cairn.store.postgres import (
 from cairn.store.records import encode_line, record_to_dict
 from cairn.store.selection import mask_url
 from store.rounds import chat_round, tool_round
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 from support.postgres_server import (  # noqa: F401  (the fixtures register themselves by import)
     PostgresServer,

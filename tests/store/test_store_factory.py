@@ -28,11 +28,10 @@ from cairn.store import (
     TranscriptStore,
     read_transcript,
 )
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 

@@ -9,7 +9,7 @@ over a socket exactly as it would to a provider.
 
 Use::
 
-    from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+    from support.openai_server import OpenAIServer, Reply  # tests/conftest.py registers the fixture
 
     def test_something(openai_server: OpenAIServer) -> None:
         openai_server.script(Reply(text="Hello there"))
@@ -1074,16 +1074,12 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 def openai_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
     """The ``openai_server`` fixture: a running ``OpenAIServer`` for one test, stopped after it.
 
-    Import it under this name (``from openai_server import openai_server_fixture``)
-    so a test parameter called ``openai_server`` does not shadow the import.
+    ``tests/conftest.py`` imports it under this name, so every test folder has it
+    and a test parameter called ``openai_server`` does not shadow the import.
     """
     loopback_only(monkeypatch)
     with OpenAIServer() as server:
         yield server
-
-
-#: The same fixture under its own name, for ``from openai_server import openai_server``.
-openai_server = openai_server_fixture
 
 
 @pytest.fixture(name="openai_server", params=WIRE_APIS)
@@ -1091,7 +1087,7 @@ def every_api_server_fixture(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[OpenAIServer]:
     """The ``openai_server`` fixture once per wire API (``server.api``): a module that
-    imports this one instead of ``openai_server_fixture`` runs each test that takes
+    imports this one (overriding the conftest's ``openai_server_fixture``) runs each test that takes
     the server three times, its body unchanged, with the client built for ``server.api``.
     """
     loopback_only(monkeypatch)

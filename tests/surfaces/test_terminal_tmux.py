@@ -30,11 +30,10 @@ from typing import Any
 import pytest
 
 from cairn.agent.paste import FOLDED_HEAD_LINES
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 SUMMARY = "<summary>\n## Objective and constraints\nAnswer the questions.\n</summary>"

@@ -16,12 +16,11 @@ from acp.exceptions import RequestError
 from acp.schema import PermissionOption
 
 from support.acp_client import answering, arrived, connected, converse, is_fork, make_setup, since
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
     UsageSpec,
-    openai_server_fixture,
 )
 
 

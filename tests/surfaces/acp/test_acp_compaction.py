@@ -25,10 +25,9 @@ from support.acp_client import (
     make_setup,
     since,
 )
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 

@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 from support.acp_client import capabilities, connected, make_setup
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 

@@ -12,10 +12,9 @@ from typing import Any
 from cairn.context.llm_summarizer import IMAGE_PLACEHOLDER as FORK_PLACEHOLDER
 from cairn.surfaces.acp.server import IMAGE_PLACEHOLDER, IMAGES_OFF_NOTICE
 from support.acp_client import Editor, answering, connected, converse, is_fork, make_setup
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 #: A 1×1 PNG.

@@ -18,11 +18,10 @@ from cairn.agent.settings import Settings
 from cairn.store import JsonlStoreFactory, SessionRecord
 from cairn.store.paths import normalize_workspace
 from support.acp_client import Editor, answering, connected, converse, make_setup
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     UsageSpec,
-    openai_server_fixture,
 )
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from support.acp_client import answering, connected, make_setup
-from support.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+)
 
 
 def failing_fsync(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,11 +17,10 @@ from typing import Any
 from acp import spawn_agent_process
 
 from support.acp_client import CAIRN_CLIENT, SUMMARY, EditorClient, capabilities, is_fork
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 

@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 
 from cairn.surfaces.acp.transport import MAX_LINE_BYTES, message_problem
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 from surfaces.acp.test_acp_subprocess import RawEditor, raw_agent
 

@@ -34,12 +34,11 @@ from cairn.surfaces.terminal.widgets import (
     PromptInput,
     ToolView,
 )
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
     UsageSpec,
-    openai_server_fixture,
 )
 
 SUMMARY = (

@@ -21,7 +21,10 @@ from cairn.agent.settings import Settings
 from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.surfaces.terminal.run import TerminalArgs, open_session
 from support.cli_run import cairn_p
-from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+    Reply,
+)
 
 
 def env(server: OpenAIServer, home: Path) -> dict[str, str]:

@@ -17,11 +17,10 @@ from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.app import REWIND_ARMED
 from cairn.surfaces.terminal.picker import RestoreChoice, RewindPicker
 from cairn.surfaces.terminal.widgets import MessageList, PromptInput, ToolView
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 from surfaces.terminal.test_terminal_app import kinds, make_runtime, notices, submit, texts, until
 

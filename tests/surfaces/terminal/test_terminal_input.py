@@ -15,10 +15,9 @@ from cairn.agent.commands import COMMANDS
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.view import USAGES
 from cairn.surfaces.terminal.widgets import PROMPT_LINES, PromptInput
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 from surfaces.terminal.test_terminal_app import kinds, make_runtime, notices, until
 

@@ -18,10 +18,9 @@ from cairn import AgentSession
 from cairn.agent.paste import FOLDED_HEAD_LINES, PASTE_CHARS, PASTE_LINES, paste_label
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.widgets import EntryView, MessageList, PastedView, PromptInput
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 from surfaces.terminal.test_terminal_app import kinds, make_runtime, rendered, until
 

@@ -18,10 +18,9 @@ from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.view import EARLIER_STEP, HISTORY_PAGE
 from cairn.surfaces.terminal.widgets import EntryWidget, MessageList, PromptInput
 from support.long_session import LONG, write_long_session
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 
 PAIRS = 5_000

@@ -20,7 +20,10 @@ from cairn.provider import ModelConfig, OpenAIProvider
 from cairn.store import read_transcript
 from cairn.surfaces.terminal import CairnApp
 from cairn.surfaces.terminal.widgets import PromptInput
-from support.openai_server import OpenAIServer, Reply, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+    Reply,
+)
 
 LONG = "all work and no play makes jack a dull boy " * 40
 

@@ -37,11 +37,10 @@ from cairn.messages import ToolCall, assistant, tool_result, user
 from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.tail import stream_tail
 from support.long_session import LONG, write_long_session
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 from support.web_browser import (
     TOKEN,

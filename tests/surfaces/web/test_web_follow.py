@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from cairn.agent.settings import Settings, StoreSettings
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
-    openai_server_fixture,
 )
 from support.postgres_server import postgres_server_fixture, postgres_url_fixture  # noqa: F401
 from surfaces.web.test_web_server import ANSWER, Page, answering, make_client, page

@@ -22,11 +22,10 @@ from playwright.sync_api import Page, expect
 from cairn.agent.facade import SessionUsage
 from cairn.surfaces.web.frames import usage_json
 from support.long_session import LONG, write_long_session
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 from support.web_browser import (
     WebServer,

@@ -44,10 +44,9 @@ from cairn.messages import user
 from cairn.store import JsonlStoreFactory, MessageRecord, SessionRecord
 from cairn.surfaces.web.server import CLOSE_TOO_SLOW
 from support.long_session import LONG, write_long_session
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
-    openai_server_fixture,
 )
 from support.web_browser import (
     TOKEN,

@@ -25,11 +25,10 @@ from cairn.surfaces.web.frames import usage_json
 from cairn.surfaces.web.hub import HISTORY_PAGE
 from cairn.surfaces.web.page_frames import HISTORY_LIMIT_MAX
 from support.long_session import LONG, write_long_session
-from support.openai_server import (  # noqa: F401  (the fixture registers itself by import)
+from support.openai_server import (
     OpenAIServer,
     Reply,
     ToolCallSpec,
-    openai_server_fixture,
 )
 
 TOKEN = "test-token-123"

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from support.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401
+from support.openai_server import (
+    OpenAIServer,
+)
 from surfaces.web.test_web_server import Page, answering, make_client, page
 
 
