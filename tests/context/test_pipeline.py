@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import resource
 import signal
@@ -557,6 +558,69 @@ def test_a_success_resets_the_failure_count(tmp_path: Path) -> None:
     assert summarizer.calls == 6
     assert p.epoch == 2
     assert refused == 2
+
+
+SMALL_WINDOW = 16_384  # output reserve 8,192 → input budget 8,192
+
+
+def raised_fallback_history(p: ContextPipeline) -> None:
+    """A history whose fallback block alone is ~6,470 estimated tokens: 30 exact records
+    and a 100-item todo list, never cut, raise it past its target (4,090). With the
+    system prompt it fits the 8,192-token budget as estimated (~6,480), not with the
+    margin every request is checked with (~8,750)."""
+    records = "\n".join(
+        f"EXACT CONTINUATION RECORD [Decisions and rationale] :: decision {i}: "
+        + "keep the public API stable " * 18
+        for i in range(30)
+    )
+    p.add(user("fix the export\n" + records))
+    todos = [
+        {
+            "content": f"step {i}: migrate the export module and rerun the whole suite",
+            "status": "pending",
+        }
+        for i in range(100)
+    ]
+    call = ToolCall("call_todo", "todo_write", json.dumps({"todos": todos}))
+    p.add(assistant(None, [call], usage=Usage(3_000, 40, 3_040)))
+    p.add(tool_result(call.id, "ok"))
+
+
+def test_a_fallback_whose_next_request_would_be_refused_is_not_committed(
+    tmp_path: Path,
+) -> None:
+    """Regression (a property example): the fallback was committed, then the same
+    check refused the request as over the budget — a refusal that changed the context."""
+    p = make(tmp_path, summarizer=FailingSummarizer(), context_window=SMALL_WINDOW)
+    raised_fallback_history(p)
+    grow(p)
+    before = list(p.messages)
+    with pytest.raises(RequestTooLargeError) as refused:
+        run(p.check_and_compact(FIXED))
+    # Not sent, and nothing changed: in memory, on disk, no checkpoint.
+    assert list(p.messages) == before
+    assert transcript_api(p) == before
+    assert p.epoch == 0
+    assert refused.value.tokens > refused.value.budget
+    assert "compaction not applied" in str(refused.value)
+
+
+def test_a_due_fallback_that_would_not_fit_leaves_the_request_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """Due but still within the budget, the request goes out uncompacted rather than
+    compacted into one the check refuses; a notice says why."""
+    p = make(tmp_path, summarizer=FailingSummarizer(), context_window=SMALL_WINDOW)
+    raised_fallback_history(p)
+    grow(p)
+    respond(p, 7_000)  # the provider counted the noise: due (6,554), not over
+    before = list(p.messages)
+    result = run(p.check_and_compact(FIXED))
+    assert result.compaction is None
+    assert any(w.startswith("compaction not applied") for w in result.warnings)
+    assert (result.after.tokens or 0) <= SMALL_WINDOW // 2
+    assert list(p.messages) == before
+    assert transcript_api(p) == before
 
 
 # ---------------------------------------------------------------------------

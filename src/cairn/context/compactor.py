@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from cairn.context.breaker import CompactionBreaker, breaker_key
-from cairn.context.budget import cautious, handoff_line
+from cairn.context.budget import cautious, handoff_line, may_send
 from cairn.context.config import CompactionConfig
 from cairn.context.effects import ToolEffect
 from cairn.context.events import CompactionListener, PreparedState
@@ -148,6 +148,10 @@ class CompactionHost(Protocol):
 
     def conversation_share(self, fixed: FixedContext) -> int:
         """The conversation's share of the input budget."""
+        ...
+
+    def projected_after(self, replacement: Sequence[Message], fixed: FixedContext) -> TokenSnapshot:
+        """The next request's projection once ``replacement`` is the context."""
         ...
 
     def shown_session(self) -> str:
@@ -354,7 +358,9 @@ class Compactor:
                 post = sum(self._host.sized(m) for m in replacement)
                 if post >= source:
                     return f"{post:,} of {source:,} tokens"
-                return check_gates(post, source, window, share)
+                return check_gates(post, source, window, share) or self._unsendable(
+                    replacement, fixed
+                )
 
             kept_ids = {m.id for m in prepared.view}
             replacement, failed = join_rounds_after(summary.replacement, kept_ids, after, gate)
@@ -502,6 +508,16 @@ class Compactor:
                     warnings,
                 )
                 return None
+            unsendable = self._unsendable(summary.replacement, fixed)
+            if unsendable is not None:
+                # Committed, the next check would refuse the request it was made for,
+                # with the context already replaced: a refusal must change nothing.
+                self._not_compacted(
+                    trigger,
+                    f"compaction not applied: {unsendable}" + _left_out(summary.elisions),
+                    warnings,
+                )
+                return None
             record = self._commit(summary, trigger, projection, fixed)
             return await self._finish(record, session, warnings)
         finally:
@@ -567,6 +583,27 @@ class Compactor:
         # With the margin the request is sent under (``_refuse_over_budget``): an
         # opening message that fits only without it is compacted, not refused.
         return cautious(size, size) <= self._host.conversation_share(fixed)
+
+    def _unsendable(self, replacement: Sequence[Message], fixed: FixedContext) -> str | None:
+        """Why the request after ``replacement`` would be refused, or ``None`` when it may go.
+
+        Measured as the check before every request measures it once the
+        checkpoint is in (``CompactionHost.projected_after``, the estimate's
+        margin on every message): a fallback whose mandatory block was raised
+        past its target can pass every size gate and still leave a request
+        that the very next check refuses.
+        """
+        after = self._host.projected_after(replacement, fixed)
+        if (
+            after.tokens is None
+            or after.input_budget is None
+            or may_send(after.tokens, after.estimated, after.input_budget)
+        ):
+            return None
+        return (
+            f"the next request would take up to {cautious(after.tokens, after.estimated):,} "
+            f"tokens with the estimate's margin, over the {after.input_budget:,}-token input budget"
+        )
 
     def would_call_model(self) -> bool:
         """Whether an automatic compaction now would ask the LLM (not the model-free

@@ -651,6 +651,13 @@ class ContextPipeline:
         so that a replacement aimed at half the budget lands there as the provider counts."""
         return self._tracker.scaled(self._count(message))
 
+    def projected_after(self, replacement: Sequence[Message], fixed: FixedContext) -> TokenSnapshot:
+        """The next request's projection once ``replacement`` is the context: what
+        ``check_and_compact`` re-projects after a compaction. The checkpoint drops the
+        provider's baseline, so every message is estimated (the margin applies to all)."""
+        estimated = self._tracker.scaled(sum(self._count(m) for m in replacement))
+        return self._tracker.snapshot(self.fixed_tokens(fixed) + estimated, "estimate", estimated)
+
     def conversation_share(self, fixed: FixedContext) -> int:
         """The conversation's share of the input budget ; the fixed context takes the rest."""
         budget = self._tracker.input_budget or UNKNOWN_WINDOW
