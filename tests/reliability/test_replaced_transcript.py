@@ -37,9 +37,10 @@ from cairn.store import (
     MessageRecord,
     SessionRecord,
     TranscriptWriteError,
-    jsonl,
     read_transcript,
 )
+from cairn.store.jsonl import files as jsonl_files
+from cairn.store.jsonl import writer as jsonl_writer
 from cairn.store.records import decode_line
 from cairn.testing import Answer, ScriptedProvider
 from support.cli_run import cairn_p
@@ -200,7 +201,9 @@ def test_a_session_that_cannot_be_saved_elsewhere_fails_the_write_in_one_line(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as patch:
-        patch.setattr(jsonl, "_create_whole", disk_full)
+        # Both places the store creates a file whole: the restore and the renamed copy.
+        patch.setattr(jsonl_files, "create_whole", disk_full)
+        patch.setattr(jsonl_writer, "create_whole", disk_full)
         lost = MessageRecord(Message(role="user", content="not written anywhere"))
         with pytest.raises(TranscriptWriteError) as caught:
             store.append(lost)
