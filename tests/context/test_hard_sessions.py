@@ -62,7 +62,7 @@ from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 
 from cairn.agent.commands import CommandOutcome, run_command
-from cairn.agent.events import CompactBlockAdded, Event, Notice
+from cairn.agent.events import CompactBlockAdded, Event, Notice, SummaryPrepared
 from cairn.agent.loop import TurnError, TurnResult, run_turn
 from cairn.agent.runtime import Runtime
 from cairn.agent.settings import HooksSettings, Settings
@@ -597,8 +597,24 @@ def _said_after(p: Played, c: Counted) -> list[str]:
         for s in p.events
         if isinstance(s.event, Notice) and c.index < s.requests <= end
     ]
-    commands = [run.outcome.text for run in p.commands if run.start <= c.index < run.end]
+    # The command the request went out in, and any that ran before the next main request
+    # (a /compact drops a summary being prepared in the background and names its forks).
+    commands = [
+        run.outcome.text
+        for run in p.commands
+        if run.start <= c.index < run.end or c.index < run.start <= end
+    ]
     return notices + commands
+
+
+def _in_background(p: Played, c: Counted) -> bool:
+    """Whether request ``c`` went out while a summary was being prepared in the background."""
+    states = [
+        s.event.state
+        for s in p.events
+        if isinstance(s.event, SummaryPrepared) and s.requests <= c.index
+    ]
+    return bool(states) and states[-1] == "preparing"
 
 
 def check_fork(p: Played) -> Iterator[Violation]:
@@ -635,6 +651,19 @@ def check_fork(p: Played) -> Iterator[Violation]:
             head = c.messages[1 : 1 + len(replacement)]
             if c.messages[:1] == main.messages[:1] and head == replacement:
                 continue
+        own = [run for run in p.commands if run.start <= c.index < run.end]
+        if own and all(run.outcome.compaction is None for run in own):
+            # A fork of a /compact that wrote nothing: that command's answer must name what
+            # its forks left out; a later compaction's record is not this fork's.
+            if any("the fork left out" in run.outcome.text for run in own):
+                continue
+            yield Violation(
+                "fork",
+                f"{_label(c)} does not begin with {_label(main)} byte for byte "
+                f"({_first_difference(main.messages, c.messages)}) and its /compact, which "
+                "wrote nothing, did not name what the fork left out",
+            )
+            continue
         record = next(
             (
                 r
@@ -648,6 +677,8 @@ def check_fork(p: Played) -> Iterator[Violation]:
             continue
         if record is None and any("the fork left out" in text for text in _said_after(p, c)):
             continue  # no checkpoint (failed, not smaller): what it said names the elisions
+        if _in_background(p, c) and not any(stamp > c.index for stamp, _ in stamps):
+            continue  # prepared in the background and never used: as if it never ran
         yield Violation(
             "fork",
             f"{_label(c)} does not begin with {_label(main)} byte for byte "

@@ -277,7 +277,13 @@ class Compactor:
             return None
         merged = _join_instructions(None, pre_hook.output)
         request = self._request(
-            prepared.view, fixed, "auto", merged, projection, on_text=prepared.streamed
+            prepared.view,
+            fixed,
+            "auto",
+            merged,
+            projection,
+            on_text=prepared.streamed,
+            on_elided=prepared.elided,
         )
         try:
             summary = await self._summarizer.summarize(request)
@@ -662,6 +668,7 @@ class Compactor:
         projection: TokenSnapshot | None = None,
         *,
         on_text: Callable[[str], None] | None = None,
+        on_elided: Callable[[tuple[str, ...]], None] | None = None,
     ) -> SummaryRequest:
         window = self._host.model.context_window or UNKNOWN_WINDOW
         projected = projection.tokens if projection is not None else None
@@ -682,6 +689,7 @@ class Compactor:
             count=self._host.sized,
             keep_rounds=self._host.config.keep_rounds,
             on_text=on_text or self._listener.compaction_content_updated,
+            on_elided=on_elided,
             request_budget=request_budget,
             fixed_tokens=self._host.fixed_tokens(fixed),
             # The checkpoint is measured by the formula: at a higher density the

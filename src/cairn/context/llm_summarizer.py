@@ -399,6 +399,8 @@ class LLMSummarizer:
         # What the last fork sent left out (each retry leaves out more): the record names it.
         elided = elisions_of(sent, fork_input)
         for attempt in range(MAX_ATTEMPTS):
+            if elided and request.on_elided is not None:
+                request.on_elided(elided)
             try:
                 base = self._size(request, fork_input, sent)
                 text = await self._fork(request, fork_input, instruction, base)

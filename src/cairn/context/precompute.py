@@ -46,13 +46,16 @@ class PreparedSummary:
     listener: CompactionListener
     task: asyncio.Task[Summary | None] = field(init=False)
     notices: list[str] = field(default_factory=list)
-    #: What its forks left out of the main request when it failed
-    #: (``SummarizerError.elisions``): no record of its own names them, so the
-    #: compaction at the line does (DESIGN §5.5a, the fork's promise).
+    #: What its forks left out of the main request, as each went out (kept when
+    #: it fails or is dropped mid-flight): no record of its own names them, so
+    #: the compaction at the line does (DESIGN §5.5a, the fork's promise).
     elisions: tuple[str, ...] = ()
     text: str = ""
     #: Set once a request waits for it: its tail is shown from then on.
     waiting: bool = False
+
+    def elided(self, elisions: tuple[str, ...]) -> None:
+        self.elisions = elisions
 
     def streamed(self, text: str) -> None:
         self.text = text

@@ -57,6 +57,9 @@ class SummaryRequest:
     keep_rounds: int = 2
     #: Called with the accumulated streamed text (the UI's compaction tail).
     on_text: Callable[[str], None] | None = None
+    #: Called, before a fork goes out, with what it leaves out of the main request:
+    #: a caller that may drop the attempt mid-flight still knows what was sent.
+    on_elided: Callable[[tuple[str, ...]], None] | None = None
     #: The whole input budget of one request (``input_budget`` above is the
     #: conversation's share of it); ``None``: the window is unknown.
     request_budget: int | None = None
