@@ -396,6 +396,54 @@ def test_a_failed_background_fork_sent_shrunk_is_named_by_the_record_at_the_line
     assert any("the fork left out" in w for w in result.warnings), result.warnings
 
 
+def test_a_compact_that_drops_a_background_fork_in_flight_names_what_it_left_out(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """The fork's promise when the summary prepared in the background is dropped while
+    its shrunk retry is still out (found by the hard-session property): the /compact
+    that drops it names, in its record, what that retry left out."""
+    p = make(tmp_path, openai_server)
+    overflow = Reply.http_error(
+        400, "This model's maximum context length is 8192 tokens", code="context_length_exceeded"
+    )
+    shrunk_out = Reply(text=SUMMARY, stall_before_headers=True)
+    background = iter([overflow, shrunk_out])
+
+    def answer(body: dict[str, Any]) -> Reply | None:
+        fork = "TEXT ONLY" in str(body["messages"][-1].get("content"))
+        return next(background, Reply(text=SUMMARY)) if fork else None
+
+    openai_server.respond_with(answer)
+
+    async def session() -> None:
+        p.add(user("Survey the modules src/m0.py … and summarise each; change nothing."))
+        for i in range(60):
+            result = await p.check_and_compact(FIXED)
+            assert result.compaction is None
+            prompt = result.after.tokens or 0
+            call = ToolCall(f"call_{i}", "read_file", f'{{"path": "src/m{i}.py"}}')
+            p.add(assistant(f"Reading module {i}.", [call], usage=Usage(prompt, 20, prompt + 20)))
+            p.add(tool_result(call.id, f"def f{i}(row):\n    return row['name']\n" * 60))
+            await asyncio.sleep(0)
+            if p.prepared is not None:
+                break
+        await asyncio.to_thread(shrunk_out.started.wait, 30)
+        assert shrunk_out.started.is_set(), "the shrunk background fork never went out"
+        assert await p.compact(FIXED, instructions=None) is not None
+
+    run(session())
+    forks = [b for b in openai_server.bodies if "TEXT ONLY" in str(b["messages"][-1]["content"])]
+    assert len(forks) == 3  # two in the background (the second dropped), one for /compact
+    assert forks[1]["messages"] != forks[0]["messages"]  # the retry was sent shrunk
+    [record] = [
+        r for r in read_transcript(p.transcript_path).records if isinstance(r, CompactionRecord)
+    ]
+    assert record.trigger == "manual" and record.strategy == "llm"
+    assert any("background" in line and "shortened" in line for line in record.fork_elisions), (
+        record.fork_elisions
+    )
+
+
 # ---------------------------------------------------------------------------
 # Reactive compaction
 
