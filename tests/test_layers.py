@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: entry point) re-exports the agent runtime, so it sits at the top with the
 #: command line.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("cairn.errors", "cairn.codec", "cairn.wire_apis"),
+    ("cairn.errors", "cairn.codec", "cairn.wire_apis", "cairn.lazy"),
     ("cairn.messages", "cairn.durable", "cairn.prompts"),
     ("cairn.tokens",),
     ("cairn.store",),

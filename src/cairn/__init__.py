@@ -12,10 +12,10 @@ most of a second to load; ``cairn`` loads them on first use (PEP 562), so
 """
 
 # The standard modules go under private names: every public name here is Cairn's.
-import importlib as _importlib
 import typing as _typing
 
 from cairn.errors import CairnError
+from cairn.lazy import lazy_exports as _lazy_exports
 from cairn.messages import (
     ImagePart,
     Message,
@@ -76,18 +76,7 @@ _LAZY: _typing.Final[dict[str, str]] = {
 # Hidden from type checkers, which see the imports above instead: with a
 # module ``__getattr__`` in view they would take ``cairn.AnyTypo`` for an object.
 if not _typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value: object = getattr(_importlib.import_module(module), name)
-        globals()[name] = value  # the next lookup is an ordinary attribute
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = _lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -14,8 +14,9 @@ so reading the settings (``cairn.agent.settings``) stays quick.
 """
 
 # The standard modules go under private names: every public name here is Cairn's.
-import importlib as _importlib
 import typing as _typing
+
+from cairn.lazy import lazy_exports as _lazy_exports
 
 __all__ = [
     "COMMANDS",
@@ -220,15 +221,4 @@ _LAZY: _typing.Final[dict[str, str]] = {
 
 # Hidden from type checkers, which see the imports above instead.
 if not _typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value: object = getattr(_importlib.import_module(module), name)
-        globals()[name] = value  # the next lookup is an ordinary attribute
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = _lazy_exports(__name__, _LAZY)
